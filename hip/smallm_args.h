@@ -1,0 +1,48 @@
+// smallm_args.h: plain C++ description of one fused small-M MoE call, shared by the kernel
+// source (.hip, compiled by hipcc / nvcc / clang) and the torch binding (.cpp, host compiler).
+#pragma once
+
+#include <stdint.h>
+
+namespace smallm {
+
+constexpr int kThreads = 256;
+constexpr int kMaxPairs = 768;     // tokens * slots per call
+constexpr int kMaxExperts = 1024;  // experts in the layer (ids are int32)
+constexpr int kMaxInter = 1024;    // intermediate size per partition
+constexpr int kRows2 = kThreads;   // output rows per phase-2 item (one row per thread)
+
+enum WeightFormat : int { kFp8Block128 = 0, kMxfp4 = 1 };
+enum WeightLayout : int { kRowMajor = 0, kShuffle16x16 = 1 };
+
+struct MoeArgs {
+  const uint16_t* x;        // [T, D] bf16
+  const uint8_t* w13;       // [E, 2I, D bytes]   (fp8: D bytes, mxfp4: D/2 bytes per row)
+  const uint8_t* w2;        // [E, D, I bytes]
+  const void* s13;          // fp8: fp32 [E, 2I/128, D/128]; mxfp4: e8m0 [E, 2I, D/32]
+  const void* s2;           // fp8: fp32 [E, D/128, I/128];  mxfp4: e8m0 [E, D, I/32]
+  const float* topk_w;      // [T, K]
+  const int32_t* topk_ids;  // [T, K]
+  uint16_t* out;            // [T, D] bf16
+  float* h;                 // workspace [kMaxPairs, I]
+  float* y;                 // workspace [kMaxPairs, D]
+  unsigned* sync;           // workspace counters, zero before the first call
+  int T, K, E, D, I;
+  int nblocks;
+  float out_scale;
+};
+
+// Counter layout inside MoeArgs::sync (unsigned words).
+constexpr int kSyncTicket = 0;
+constexpr int kSyncExit = 1;
+constexpr int kSyncDone1 = 2;
+constexpr int kSyncUsed1 = kSyncDone1 + kMaxPairs;
+constexpr int kSyncTok = kSyncUsed1 + kMaxPairs;  // then [T, ceil(D / kRows2)]
+
+inline int sync_words(int max_tokens, int D) { return kSyncTok + max_tokens * ((D + kRows2 - 1) / kRows2); }
+
+}  // namespace smallm
+
+// Host entry point implemented in smallm_moe.hip. Returns 0 on success, else a runtime error code.
+int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* stream);
+const char* smallm_build_arch();

@@ -1,0 +1,392 @@
+// smallm_compat.h: the few runtime names and micro-operations that differ between
+// AMD gfx950 (HIP, wave64) and NVIDIA sm_90a (CUDA, warp32), with a portable version of every
+// micro-operation for any other target. Everything above this header is shared.
+//
+// Three ways this file is compiled:
+//   * CUDA (nvcc, sm_90a and others): uses the CUDA runtime names.
+//   * HIP with ROCm headers (hipcc / torch ROCm build): uses clang AMDGPU builtins directly.
+//   * HIP without any headers (`-nogpuinc`, the gfx950 ISA check on a CPU machine): the same
+//     builtins; this header declares the attribute macros itself.
+// On HIP every device-side operation goes through clang builtins in both modes, so the ISA
+// checked on CPU is the ISA the installed package runs.
+#pragma once
+
+#include <stdint.h>
+
+#if defined(__HIP__)
+#define SMALLM_HIP 1
+#if __has_include(<hip/hip_runtime.h>) && !defined(SMALLM_DEVICE_ONLY)
+#include <hip/hip_runtime.h>
+#else
+#ifndef __global__
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __host__ __attribute__((host))
+#define __shared__ __attribute__((shared))
+#endif
+#ifndef __forceinline__
+#define __forceinline__ inline __attribute__((always_inline))
+#endif
+#ifndef __launch_bounds__
+#define __launch_bounds__(n) __attribute__((amdgpu_flat_work_group_size(1, n)))
+#endif
+#endif
+#elif defined(__CUDACC__)
+#define SMALLM_CUDA 1
+#include <cuda_runtime.h>
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#include <cuda_fp8.h>
+#define SMALLM_SM89_FP8 1
+#endif
+#endif
+
+#define SMALLM_DEV __device__ __forceinline__
+
+namespace smallm {
+
+typedef __SIZE_TYPE__ size_t;
+
+struct alignas(16) Vec16 {
+  uint32_t w[4];
+};
+
+#if defined(SMALLM_HIP)
+constexpr int kWarp = 64;
+#else
+constexpr int kWarp = 32;
+#endif
+
+// ---------------------------------------------------------------- thread ids, barriers
+SMALLM_DEV int thread_id() {
+#if defined(SMALLM_HIP)
+  return (int)__builtin_amdgcn_workitem_id_x();
+#else
+  return (int)threadIdx.x;
+#endif
+}
+
+SMALLM_DEV int block_id() {
+#if defined(SMALLM_HIP)
+  return (int)__builtin_amdgcn_workgroup_id_x();
+#else
+  return (int)blockIdx.x;
+#endif
+}
+
+SMALLM_DEV void block_sync() {
+#if defined(SMALLM_HIP)
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+#else
+  __syncthreads();
+#endif
+}
+
+SMALLM_DEV float shfl_xor(float v, int mask) {
+#if defined(SMALLM_HIP)
+  int lane = (int)__builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
+  int r = __builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, __builtin_bit_cast(int, v));
+  return __builtin_bit_cast(float, r);
+#else
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+#endif
+}
+
+// ---------------------------------------------------------------- global-memory ordering
+// Release: make this block's prior global writes visible device-wide, then add.
+SMALLM_DEV unsigned atomic_add_release(unsigned* p, unsigned v) {
+#if defined(SMALLM_HIP)
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_ACQ_REL, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  __threadfence();
+  unsigned old = atomicAdd(p, v);
+  __threadfence();
+  return old;
+#endif
+}
+
+SMALLM_DEV unsigned atomic_add_relaxed(unsigned* p, unsigned v) {
+#if defined(SMALLM_HIP)
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  return atomicAdd(p, v);
+#endif
+}
+
+SMALLM_DEV unsigned load_acquire(const unsigned* p) {
+#if defined(SMALLM_HIP)
+  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+#endif
+}
+
+SMALLM_DEV void store_relaxed(unsigned* p, unsigned v) {
+#if defined(SMALLM_HIP)
+  __hip_atomic_store(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  atomicExch(p, v);
+#endif
+}
+
+// Shared-memory (block-scope) integer atomics.
+SMALLM_DEV int smem_atomic_min(int* p, int v) {
+#if defined(SMALLM_HIP)
+  return __hip_atomic_fetch_min(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
+#else
+  return atomicMin(p, v);
+#endif
+}
+
+SMALLM_DEV int smem_atomic_add(int* p, int v) {
+#if defined(SMALLM_HIP)
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
+#else
+  return atomicAdd(p, v);
+#endif
+}
+
+SMALLM_DEV void fence_release() {
+#if defined(SMALLM_HIP)
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");
+#else
+  __threadfence();
+#endif
+}
+
+SMALLM_DEV void fence_acquire() {
+#if defined(SMALLM_HIP)
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
+#else
+  __threadfence();
+#endif
+}
+
+SMALLM_DEV void pause() {
+#if defined(SMALLM_HIP)
+  __builtin_amdgcn_s_sleep(1);
+#else
+  __nanosleep(64);
+#endif
+}
+
+// ---------------------------------------------------------------- loads
+// Streaming 16-byte weight load (read once per call).
+SMALLM_DEV Vec16 load_weights(const uint8_t* p) {
+#if defined(SMALLM_HIP)
+  typedef unsigned v4u __attribute__((ext_vector_type(4)));
+  v4u r = __builtin_nontemporal_load(reinterpret_cast<const v4u*>(p));
+  Vec16 v;
+  v.w[0] = r.x; v.w[1] = r.y; v.w[2] = r.z; v.w[3] = r.w;
+  return v;
+#else
+  uint4 r = __ldcs(reinterpret_cast<const uint4*>(p));
+  Vec16 v;
+  v.w[0] = r.x; v.w[1] = r.y; v.w[2] = r.z; v.w[3] = r.w;
+  return v;
+#endif
+}
+
+// Read-only, reused data (activations).
+SMALLM_DEV Vec16 load_cached(const void* p) {
+#if defined(SMALLM_HIP)
+  return *reinterpret_cast<const Vec16*>(p);
+#else
+  uint4 r = __ldg(reinterpret_cast<const uint4*>(p));
+  Vec16 v;
+  v.w[0] = r.x; v.w[1] = r.y; v.w[2] = r.z; v.w[3] = r.w;
+  return v;
+#endif
+}
+
+// Data written by other blocks of the same launch, read after an acquire (skips L1 on CUDA).
+SMALLM_DEV float load_coherent(const float* p) {
+#if defined(SMALLM_HIP)
+  return *p;
+#else
+  return __ldcg(p);
+#endif
+}
+
+// ---------------------------------------------------------------- arithmetic
+SMALLM_DEV float ffma(float a, float b, float c) {
+#if defined(SMALLM_HIP)
+  return __builtin_fmaf(a, b, c);
+#else
+  return fmaf(a, b, c);
+#endif
+}
+
+SMALLM_DEV float fexp(float v) {
+#if defined(SMALLM_HIP)
+  return __builtin_expf(v);
+#else
+  return expf(v);
+#endif
+}
+
+// ---------------------------------------------------------------- number formats
+SMALLM_DEV float bf16_lo(uint32_t w) { return __builtin_bit_cast(float, w << 16); }
+SMALLM_DEV float bf16_hi(uint32_t w) { return __builtin_bit_cast(float, w & 0xffff0000u); }
+
+SMALLM_DEV uint16_t f32_to_bf16(float f) {  // round to nearest even, NaN kept quiet
+  uint32_t u = __builtin_bit_cast(uint32_t, f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+// e8m0 scale byte -> float 2^(b-127).
+SMALLM_DEV float e8m0_to_f32(uint32_t b) {
+  if (b == 0) return __builtin_bit_cast(float, 0x00400000u);  // 2^-127
+  if (b == 255) return __builtin_bit_cast(float, 0x7fc00000u);
+  return __builtin_bit_cast(float, b << 23);
+}
+
+// Portable OCP e4m3fn decode of one byte.
+SMALLM_DEV float e4m3_to_f32_portable(uint32_t b) {
+  uint32_t s = (b >> 7) & 1u, e = (b >> 3) & 15u, m = b & 7u;
+  float v;
+  if (e == 0) {
+    v = (float)m * 0.001953125f;  // m * 2^-9
+  } else if (e == 15 && m == 7) {
+    v = __builtin_bit_cast(float, 0x7fc00000u);
+  } else {
+    v = __builtin_bit_cast(float, ((e + 120u) << 23) | (m << 20));
+  }
+  return s ? -v : v;
+}
+
+// Portable e2m1 decode of one nibble.
+SMALLM_DEV float e2m1_to_f32_portable(uint32_t n) {
+  const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  float v = mag[n & 7u];
+  return (n & 8u) ? -v : v;
+}
+
+// ------------------------------------------------------------------ micro-operations
+// dot of 16 e4m3 weights (one 16-byte vector) with 16 bf16 activations (two vectors).
+SMALLM_DEV float dot16_fp8_bf16(const Vec16& w, const Vec16& xa, const Vec16& xb) {
+#if defined(__gfx950__)
+  typedef __bf16 bf2 __attribute__((ext_vector_type(2)));
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t xw0 = i < 2 ? xa.w[2 * i] : xb.w[2 * i - 4];
+    const uint32_t xw1 = i < 2 ? xa.w[2 * i + 1] : xb.w[2 * i - 3];
+    bf2 w01 = __builtin_amdgcn_cvt_scalef32_pk_bf16_fp8(w.w[i], 1.0f, false);
+    bf2 w23 = __builtin_amdgcn_cvt_scalef32_pk_bf16_fp8(w.w[i], 1.0f, true);
+    acc = __builtin_amdgcn_fdot2_f32_bf16(w01, __builtin_bit_cast(bf2, xw0), acc, false);
+    acc = __builtin_amdgcn_fdot2_f32_bf16(w23, __builtin_bit_cast(bf2, xw1), acc, false);
+  }
+  return acc;
+#elif defined(SMALLM_SM89_FP8)
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t xw0 = i < 2 ? xa.w[2 * i] : xb.w[2 * i - 4];
+    const uint32_t xw1 = i < 2 ? xa.w[2 * i + 1] : xb.w[2 * i - 3];
+    __half2_raw h01 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w.w[i] & 0xffffu), __NV_E4M3);
+    __half2_raw h23 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w.w[i] >> 16), __NV_E4M3);
+    float2 f01 = __half22float2(*reinterpret_cast<__half2*>(&h01));
+    float2 f23 = __half22float2(*reinterpret_cast<__half2*>(&h23));
+    acc = ffma(f01.x, bf16_lo(xw0), acc);
+    acc = ffma(f01.y, bf16_hi(xw0), acc);
+    acc = ffma(f23.x, bf16_lo(xw1), acc);
+    acc = ffma(f23.y, bf16_hi(xw1), acc);
+  }
+  return acc;
+#else
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t xw = i < 8 ? xa.w[i / 2] : xb.w[(i - 8) / 2];
+    const float xv = (i & 1) ? bf16_hi(xw) : bf16_lo(xw);
+    acc = ffma(e4m3_to_f32_portable((w.w[i / 4] >> (8 * (i % 4))) & 0xffu), xv, acc);
+  }
+  return acc;
+#endif
+}
+
+// dot of 32 e2m1 weights (one 16-byte vector, low nibble first) with 32 bf16 activations.
+SMALLM_DEV float dot32_fp4_bf16(const Vec16& w, const Vec16* x4) {
+#if defined(__gfx950__)
+  typedef __bf16 bf2 __attribute__((ext_vector_type(2)));
+  float acc = 0.0f;
+  // byte b of word i holds elements 8i+2b (low nibble) and 8i+2b+1
+#define SMALLM_FP4_STEP(b)                                                           \
+  acc = __builtin_amdgcn_fdot2_f32_bf16(__builtin_amdgcn_cvt_scalef32_pk_bf16_fp4(w.w[i], 1.0f, b), \
+                                        __builtin_bit_cast(bf2, x4[i].w[b]), acc, false);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    SMALLM_FP4_STEP(0) SMALLM_FP4_STEP(1) SMALLM_FP4_STEP(2) SMALLM_FP4_STEP(3)
+  }
+#undef SMALLM_FP4_STEP
+  return acc;
+#else
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t byte = (w.w[i / 4] >> (8 * (i % 4))) & 0xffu;
+    const uint32_t xw = x4[i / 4].w[i % 4];
+    acc = ffma(e2m1_to_f32_portable(byte & 15u), bf16_lo(xw), acc);
+    acc = ffma(e2m1_to_f32_portable(byte >> 4), bf16_hi(xw), acc);
+  }
+  return acc;
+#endif
+}
+
+// Decode one 16-byte e4m3 vector into 16 floats (for fp32 activations).
+SMALLM_DEV void decode16_fp8(const Vec16& w, float* out) {
+#if defined(__gfx950__)
+  typedef float f2 __attribute__((ext_vector_type(2)));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f2 a = __builtin_amdgcn_cvt_scalef32_pk_f32_fp8(w.w[i], 1.0f, false);
+    f2 b = __builtin_amdgcn_cvt_scalef32_pk_f32_fp8(w.w[i], 1.0f, true);
+    out[4 * i + 0] = a.x; out[4 * i + 1] = a.y; out[4 * i + 2] = b.x; out[4 * i + 3] = b.y;
+  }
+#elif defined(SMALLM_SM89_FP8)
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __half2_raw h01 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w.w[i] & 0xffffu), __NV_E4M3);
+    __half2_raw h23 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w.w[i] >> 16), __NV_E4M3);
+    float2 f01 = __half22float2(*reinterpret_cast<__half2*>(&h01));
+    float2 f23 = __half22float2(*reinterpret_cast<__half2*>(&h23));
+    out[4 * i + 0] = f01.x; out[4 * i + 1] = f01.y; out[4 * i + 2] = f23.x; out[4 * i + 3] = f23.y;
+  }
+#else
+#pragma unroll
+  for (int i = 0; i < 16; ++i) out[i] = e4m3_to_f32_portable((w.w[i / 4] >> (8 * (i % 4))) & 0xffu);
+#endif
+}
+
+// Decode one 16-byte e2m1 vector into 32 floats.
+SMALLM_DEV void decode32_fp4(const Vec16& w, float* out) {
+#if defined(__gfx950__)
+  typedef float f2 __attribute__((ext_vector_type(2)));
+#define SMALLM_FP4_DEC(b)                                                  \
+  {                                                                        \
+    f2 v = __builtin_amdgcn_cvt_scalef32_pk_f32_fp4(w.w[i], 1.0f, b);      \
+    out[8 * i + 2 * b] = v.x;                                              \
+    out[8 * i + 2 * b + 1] = v.y;                                          \
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    SMALLM_FP4_DEC(0) SMALLM_FP4_DEC(1) SMALLM_FP4_DEC(2) SMALLM_FP4_DEC(3)
+  }
+#undef SMALLM_FP4_DEC
+#else
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t byte = (w.w[i / 4] >> (8 * (i % 4))) & 0xffu;
+    out[2 * i] = e2m1_to_f32_portable(byte & 15u);
+    out[2 * i + 1] = e2m1_to_f32_portable(byte >> 4);
+  }
+#endif
+}
+
+}  // namespace smallm

@@ -1,0 +1,90 @@
+// smallm_ops.cpp: torch custom ops over the compiled kernels (namespace sglang_smallm).
+// Shapes, dtypes and devices are checked here; the Python gate decides eligibility before this
+// is ever called, so a failed check here is a bug in the caller and raises.
+#include <Python.h>
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "smallm_args.h"
+
+namespace {
+
+void check(bool ok, const char* what) { TORCH_CHECK(ok, "sglang_smallm::moe_fused: ", what); }
+
+void moe_fused(const at::Tensor& x, const at::Tensor& w13, const at::Tensor& w2, const at::Tensor& s13,
+               const at::Tensor& s2, const at::Tensor& topk_w, const at::Tensor& topk_ids, at::Tensor& out,
+               at::Tensor& h, at::Tensor& y, at::Tensor& sync, int64_t fmt, int64_t layout, double out_scale) {
+  check(x.is_cuda() && w13.is_cuda() && w2.is_cuda() && s13.is_cuda() && s2.is_cuda() && topk_w.is_cuda() &&
+            topk_ids.is_cuda() && out.is_cuda() && h.is_cuda() && y.is_cuda() && sync.is_cuda(),
+        "all tensors must be on the GPU");
+  check(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.is_contiguous(), "x must be contiguous bf16 [T, D]");
+  check(out.sizes() == x.sizes() && out.scalar_type() == at::kBFloat16 && out.is_contiguous(), "out must be bf16 like x");
+  check(topk_ids.dim() == 2 && topk_ids.scalar_type() == at::kInt && topk_ids.is_contiguous(),
+        "topk_ids must be contiguous int32 [T, K]");
+  check(topk_w.sizes() == topk_ids.sizes() && topk_w.scalar_type() == at::kFloat && topk_w.is_contiguous(),
+        "topk_weights must be contiguous fp32 [T, K]");
+  check(w13.dim() == 3 && w2.dim() == 3 && w13.is_contiguous() && w2.is_contiguous() && w13.element_size() == 1 &&
+            w2.element_size() == 1,
+        "weights must be contiguous 1-byte tensors [E, 2I, Kbytes] and [E, D, Ibytes]");
+  check(s13.is_contiguous() && s2.is_contiguous(), "scales must be contiguous");
+  const int64_t T = x.size(0), D = x.size(1), K = topk_ids.size(1), E = w13.size(0);
+  const int64_t I = w13.size(1) / 2;
+  check(topk_ids.size(0) == T, "topk_ids rows != tokens");
+  check(T * K <= smallm::kMaxPairs, "tokens * slots exceeds kMaxPairs");
+  check(E <= smallm::kMaxExperts, "too many experts");
+  check(I % 128 == 0 && I <= smallm::kMaxInter && D % 128 == 0, "D and I must be multiples of 128, I <= kMaxInter");
+  check(w2.size(0) == E && w2.size(1) == D, "w2 must be [E, D, Ibytes]");
+  if (fmt == smallm::kFp8Block128) {
+    check(w13.size(2) == D && w2.size(2) == I, "fp8 weight byte widths");
+    check(s13.scalar_type() == at::kFloat && s13.numel() == E * (2 * I / 128) * (D / 128), "fp8 w13 scale shape");
+    check(s2.scalar_type() == at::kFloat && s2.numel() == E * (D / 128) * (I / 128), "fp8 w2 scale shape");
+  } else if (fmt == smallm::kMxfp4) {
+    check(w13.size(2) == D / 2 && w2.size(2) == I / 2, "mxfp4 weight byte widths");
+    check(s13.element_size() == 1 && s2.element_size() == 1, "mxfp4 scales must be e8m0 bytes");
+    const int64_t c13 = layout == smallm::kShuffle16x16 ? (D / 32 + 7) / 8 * 8 : D / 32;
+    const int64_t c2 = layout == smallm::kShuffle16x16 ? (I / 32 + 7) / 8 * 8 : I / 32;
+    check(s13.numel() >= E * 2 * I * c13 && s2.numel() >= E * D * c2, "mxfp4 scale sizes");
+  } else {
+    check(false, "unknown weight format");
+  }
+  check(h.scalar_type() == at::kFloat && h.numel() >= (int64_t)smallm::kMaxPairs * I, "workspace h too small");
+  check(y.scalar_type() == at::kFloat && y.numel() >= (int64_t)smallm::kMaxPairs * D, "workspace y too small");
+  check(sync.scalar_type() == at::kInt && sync.numel() >= smallm::sync_words((int)T, (int)D), "workspace sync too small");
+  if (T == 0) return;
+  const c10::cuda::CUDAGuard guard(x.device());
+  smallm::MoeArgs a{};
+  a.x = reinterpret_cast<const uint16_t*>(x.data_ptr());
+  a.w13 = reinterpret_cast<const uint8_t*>(w13.data_ptr());
+  a.w2 = reinterpret_cast<const uint8_t*>(w2.data_ptr());
+  a.s13 = s13.data_ptr();
+  a.s2 = s2.data_ptr();
+  a.topk_w = topk_w.data_ptr<float>();
+  a.topk_ids = topk_ids.data_ptr<int32_t>();
+  a.out = reinterpret_cast<uint16_t*>(out.data_ptr());
+  a.h = h.data_ptr<float>();
+  a.y = y.data_ptr<float>();
+  a.sync = reinterpret_cast<unsigned*>(sync.data_ptr<int32_t>());
+  a.T = (int)T; a.K = (int)K; a.E = (int)E; a.D = (int)D; a.I = (int)I;
+  a.out_scale = (float)out_scale;
+  const int rc = smallm_moe_launch(a, (int)fmt, (int)layout, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(rc == 0, "sglang_smallm::moe_fused: kernel launch failed with code ", rc);
+}
+
+std::string build_arch() { return smallm_build_arch(); }
+
+}  // namespace
+
+TORCH_LIBRARY(sglang_smallm, m) {
+  m.def(
+      "moe_fused(Tensor x, Tensor w13, Tensor w2, Tensor s13, Tensor s2, Tensor topk_weights, Tensor topk_ids, "
+      "Tensor(a!) out, Tensor(b!) h, Tensor(c!) y, Tensor(d!) sync, int fmt, int layout, float out_scale) -> ()");
+  m.def("build_arch() -> str", &build_arch);
+}
+
+TORCH_LIBRARY_IMPL(sglang_smallm, CUDA, m) { m.impl("moe_fused", &moe_fused); }
+
+// Importing the extension module registers the ops above.
+static struct PyModuleDef smallm_module = {PyModuleDef_HEAD_INIT, "_C", "sglang-smallm compiled kernels", -1, nullptr};
+PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&smallm_module); }

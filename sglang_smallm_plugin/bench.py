@@ -1,0 +1,158 @@
+"""Layer benchmark (`sglang-smallm bench`): the fused kernel inside CUDA graphs, rotating among
+weight copies so the weights are not L2-resident, against the byte roofline from the copy
+bandwidth measured in the same run.
+
+Byte model per call (explicit, QuACK-style): distinct experts touched x (w13 + w2 + scale bytes)
++ activations in + output out + routing. Roofline = bytes / copy bandwidth, where the copy
+bandwidth counts bytes read + written of a large device-to-device copy.
+"""
+
+import json
+import os
+import statistics
+import time
+
+import torch
+
+from . import gate, kernels
+from .calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16
+from .shapes import SHAPES
+from .testdata import make_call, make_weights
+
+DEFAULT_TOKENS = (1, 2, 4, 8, 12, 16, 20, 24, 32, 48)
+
+
+def copy_bandwidth(device="cuda", nbytes=4 << 30, reps=20) -> float:
+    src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) / 1e3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * nbytes / statistics.median(ts)
+
+
+def call_bytes(call, shape, weight_format) -> tuple:
+    ids = call.topk_ids.long()
+    nd = int(torch.unique(ids[(ids >= 0) & (ids < shape.experts)]).numel())
+    act = call.x.numel() * 2 * 2 + call.topk_ids.numel() * 8
+    return nd, nd * shape.expert_bytes(weight_format) + act
+
+
+def time_graph(calls, reps=20, rounds=3) -> float:
+    """Median µs per call of a CUDA graph that launches every call once."""
+    outs = [torch.empty_like(c.x) for c in calls]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for c, o in zip(calls, outs):
+            kernels.run_moe(c, out=o)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for c, o in zip(calls, outs):
+            kernels.run_moe(c, out=o)
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    per = []
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            g.replay()
+        b.record()
+        b.synchronize()
+        per.append(a.elapsed_time(b) * 1e3 / (reps * len(calls)))
+    return statistics.median(per)
+
+
+def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda", echo=print) -> list:
+    arch = kernels.device_info(device).arch
+    cap = gate.token_cap(arch, weight_format, shape.inter, shape.slots)[0]
+    weights = [make_weights(shape, weight_format, layout, 1000 + c, device) for c in range(copies)]
+    rows = []
+    for t in tokens:
+        calls = [make_call(shape, weight_format, layout, t, 17 * t + c, device, weights[c]) for c in range(copies)]
+        stats = [call_bytes(c, shape, weight_format) for c in calls]
+        nd = statistics.mean(s[0] for s in stats)
+        nbytes = statistics.mean(s[1] for s in stats)
+        us = time_graph(calls)
+        roof = nbytes / bw * 1e6
+        row = dict(shape=shape.name, format=weight_format, layout=layout, tokens=t, distinct=nd,
+                   mbytes=nbytes / 1e6, kernel_us=us, roofline_us=roof, frac_roofline=roof / us,
+                   in_cap=t <= cap, fallback_us=None)
+        rows.append(row)
+        echo(f"{shape.name:14} {weight_format:12} {layout:12} T={t:3d} distinct={nd:6.1f} {nbytes / 1e6:8.1f} MB "
+             f"kernel {us:7.1f} us  roofline {roof:7.1f} us  {roof / us:5.0%}{'' if t <= cap else '  (above cap)'}")
+    del weights
+    torch.cuda.empty_cache()
+    return rows
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    keys = sorted({(r["shape"], r["format"], r["layout"]) for r in rows})
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for k in keys:
+        rs = [r for r in rows if (r["shape"], r["format"], r["layout"]) == k]
+        ts = [r["tokens"] for r in rs]
+        line, = ax.plot(ts, [r["kernel_us"] for r in rs], marker="o", label=f"{k[0]} {k[1]} {k[2]} kernel")
+        ax.plot(ts, [r["roofline_us"] for r in rs], ls="--", color=line.get_color(), label=f"{k[0]} roofline")
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("µs per MoE layer call")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def run(shapes=("qwen35-tp4", "qwen35-tp8"), formats=(FP8_BLOCK128,), layouts=(ROW_MAJOR,),
+        tokens=DEFAULT_TOKENS, out_dir=".", copies=8, echo=print) -> list:
+    if not torch.cuda.is_available():
+        raise SystemExit("bench needs a GPU; on CPU run `sglang-smallm demo` instead")
+    mod, why = kernels.load_compiled()
+    if mod is None:
+        raise SystemExit(f"bench: {why}")
+    info = kernels.device_info()
+    bw = copy_bandwidth()
+    echo(f"bench on {info.name} ({info.arch}) {time.strftime('%Y-%m-%d %H:%M:%S')}; copy bandwidth {bw / 1e12:.3f} TB/s "
+         f"(read + write); {copies} weight copies rotated in one CUDA graph")
+    rows = []
+    for fmt in formats:
+        for name in shapes:
+            for layout in layouts:
+                rows += bench_shape(SHAPES[name], fmt, layout, tokens, bw, copies=copies, echo=echo)
+    os.makedirs(out_dir, exist_ok=True)
+    meta = dict(device=info.name, arch=info.arch, date=time.strftime("%Y-%m-%d"), copy_bw_tbs=bw / 1e12,
+                torch=torch.__version__, copies=copies)
+    with open(os.path.join(out_dir, "bench.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    with open(os.path.join(out_dir, "bench.csv"), "w") as f:
+        cols = list(rows[0]) if rows else []
+        f.write(",".join(cols) + "\n")
+        for r in rows:
+            f.write(",".join(str(r[c]) for c in cols) + "\n")
+    plot(rows, os.path.join(out_dir, "bench.png"))
+    echo("\n| shape | format | layout | T | distinct | MB | kernel µs | roofline µs | of roofline |")
+    echo("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        echo(f"| {r['shape']} | {r['format']} | {r['layout']} | {r['tokens']} | {r['distinct']:.1f} | {r['mbytes']:.1f} | "
+             f"{r['kernel_us']:.1f} | {r['roofline_us']:.1f} | {r['frac_roofline']:.0%} |")
+    return rows

@@ -1,0 +1,94 @@
+"""`sglang-smallm`: doctor | demo | bench | selftest | isa."""
+
+import argparse
+import sys
+
+from .calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16
+
+
+def _csv(s, conv=str):
+    return tuple(conv(x) for x in s.split(",") if x.strip())
+
+
+def cmd_selftest(a):
+    from . import selftest
+
+    res = selftest.run(formats=_csv(a.formats), shapes=_csv(a.shapes), layouts=_csv(a.layouts),
+                       seeds=range(a.seeds), tokens=_csv(a.tokens, int) if a.tokens else None)
+    return 0 if all(r.ok for r in res) else 1
+
+
+def cmd_bench(a):
+    from . import bench
+
+    bench.run(shapes=_csv(a.shapes), formats=_csv(a.formats), layouts=_csv(a.layouts),
+              tokens=_csv(a.tokens, int), out_dir=a.out, copies=a.copies)
+    return 0
+
+
+def cmd_isa(a):
+    from . import isa
+
+    return isa.main(a.arch, a.out)
+
+
+def cmd_doctor(a):
+    from . import doctor
+
+    return doctor.main(a)
+
+
+def cmd_demo(a):
+    from . import demo
+
+    return demo.main(a)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="sglang-smallm", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    d = sub.add_parser("doctor", help="what is installed, what SGLang exposes, what would run and why")
+    d.add_argument("--hidden", type=int, default=4096)
+    d.add_argument("--inter", type=int, default=256, help="MoE intermediate size per partition")
+    d.add_argument("--experts", type=int, default=513)
+    d.add_argument("--top-k", type=int, default=11, help="slots per token incl. fused shared experts")
+    d.add_argument("--format", default=FP8_BLOCK128, choices=(FP8_BLOCK128, MXFP4))
+    d.add_argument("--arch", default=None, help="decision table for this arch instead of the local device")
+    d.add_argument("--tokens", default="1,2,4,8,16,20,21,32,48,49,64")
+    d.set_defaults(fn=cmd_doctor)
+
+    m = sub.add_parser("demo", help="the main job: a Qwen3.5-397B-shaped MoE layer through SGLang + the plugin")
+    m.add_argument("--tokens", default="1,2,4,8,16,32,48")
+    m.add_argument("--experts", type=int, default=None, help="experts (default 513 on GPU, 33 on CPU)")
+    m.add_argument("--format", default=FP8_BLOCK128, choices=(FP8_BLOCK128, MXFP4))
+    m.set_defaults(fn=cmd_demo)
+
+    b = sub.add_parser("bench", help="layer benchmark vs the byte roofline (GPU)")
+    b.add_argument("--shapes", default="qwen35-tp4,qwen35-tp8")
+    b.add_argument("--formats", default=FP8_BLOCK128)
+    b.add_argument("--layouts", default=ROW_MAJOR)
+    b.add_argument("--tokens", default="1,2,4,8,12,16,20,24,32,48")
+    b.add_argument("--copies", type=int, default=8)
+    b.add_argument("--out", default="bench_out")
+    b.set_defaults(fn=cmd_bench)
+
+    s = sub.add_parser("selftest", help="kernel numerics on this GPU against the reference")
+    s.add_argument("--formats", default=f"{FP8_BLOCK128},{MXFP4}")
+    s.add_argument("--shapes", default="qwen35-tp4,qwen35-tp8,minimax-m3,qwen3-235b-tp4")
+    s.add_argument("--layouts", default=f"{ROW_MAJOR},{SHUFFLE16}")
+    s.add_argument("--seeds", type=int, default=5)
+    s.add_argument("--tokens", default="", help="default: 1,3,8 and the cap")
+    s.set_defaults(fn=cmd_selftest)
+
+    i = sub.add_parser("isa", help="compile every kernel for an AMD arch without ROCm and summarise the ISA")
+    i.add_argument("--arch", default="gfx950")
+    i.add_argument("--out", default="isa_out")
+    i.set_defaults(fn=cmd_isa)
+
+    a = p.parse_args(argv)
+    return a.fn(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""The eligibility gate: rules as data, each with a human-readable reason, plus the token caps.
+
+A call goes to a compiled kernel only if every rule passes; otherwise it takes the fallback and
+the first failing rule's reason is recorded (logged once per layer shape and path). `doctor`
+prints the same rules and caps, so what users read is what runs.
+"""
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from .calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16, MoeCall
+
+# Limits compiled into the kernel (hip/smallm_args.h); keep in sync.
+MAX_PAIRS = 768
+MAX_EXPERTS = 1024
+MAX_INTER = 1024
+MAX_SLOTS = 16
+
+
+@dataclass(frozen=True)
+class Cap:
+    arch: str              # device arch prefix: "gfx950", "sm_90"
+    weight_format: str
+    inter_max: Optional[int]  # applies when I <= inter_max (None: any I)
+    tokens: int
+    source: str
+
+
+# Token caps: the largest token count sent to the kernel. Order matters: first match wins.
+CAPS: Sequence[Cap] = (
+    Cap("gfx950", FP8_BLOCK128, 128, 48, "crossover vs AITER measured upstream on MI355X"),
+    Cap("gfx950", FP8_BLOCK128, 256, 20, "crossover vs AITER measured upstream on MI355X"),
+    Cap("gfx950", FP8_BLOCK128, None, 16, "not measured: conservative"),
+    Cap("gfx950", MXFP4, 256, 40, "crossover vs AITER measured upstream on MI355X"),
+    Cap("gfx950", MXFP4, None, 16, "not measured: conservative"),
+    Cap("sm_90", FP8_BLOCK128, 128, 48, "H200 vs SGLang Triton, docs/bench/h200-fp8.md"),
+    Cap("sm_90", FP8_BLOCK128, 256, 48, "H200 vs SGLang Triton, docs/bench/h200-fp8.md"),
+    Cap("sm_90", FP8_BLOCK128, None, 16, "not measured: conservative"),
+    Cap("sm_90", MXFP4, None, 48, "H200 vs read floor (no SGLang MXFP4 path on CUDA)"),
+)
+
+SUPPORTED_ARCHS = ("gfx950", "sm_90")
+
+
+def token_cap(arch: str, weight_format: str, inter: int, top_k: int) -> tuple:
+    """-> (cap, source). The kernel's pair limit bounds every cap."""
+    hard = MAX_PAIRS // max(top_k, 1)
+    for c in CAPS:
+        if arch.startswith(c.arch) and c.weight_format == weight_format and (c.inter_max is None or inter <= c.inter_max):
+            return min(c.tokens, hard), c.source
+    return 0, f"no cap entry for {arch}/{weight_format}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    passes: Callable[[MoeCall, str], bool]   # (call, device arch) -> ok
+    reason: Callable[[MoeCall, str], str]    # why it failed, for logs and doctor
+
+
+def _contig(*ts) -> bool:
+    return all(t is not None and t.is_contiguous() for t in ts)
+
+
+def _fp8_scales_ok(c: MoeCall) -> bool:
+    if c.w13_scale is None or c.w2_scale is None:
+        return False
+    E, I, D = c.num_experts, c.inter, c.hidden
+    return (c.w13_scale.dtype == torch.float32 and c.w2_scale.dtype == torch.float32
+            and tuple(c.w13_scale.shape) == (E, 2 * I // 128, D // 128)
+            and tuple(c.w2_scale.shape) == (E, D // 128, I // 128)
+            and _contig(c.w13_scale, c.w2_scale))
+
+
+def _mxfp4_scales_ok(c: MoeCall) -> bool:
+    if c.w13_scale is None or c.w2_scale is None:
+        return False
+    E, I, D = c.num_experts, c.inter, c.hidden
+    pad = (lambda n: (n + 7) // 8 * 8) if c.layout == SHUFFLE16 else (lambda n: n)
+    return (c.w13_scale.element_size() == 1 and c.w2_scale.element_size() == 1
+            and c.w13_scale.numel() >= E * 2 * I * pad(D // 32) and c.w2_scale.numel() >= E * D * pad(I // 32)
+            and _contig(c.w13_scale, c.w2_scale))
+
+
+def _weights_ok(c: MoeCall) -> bool:
+    E, I, D = c.num_experts, c.inter, c.hidden
+    div = 1 if c.weight_format == FP8_BLOCK128 else 2
+    return (c.w13.element_size() == 1 and c.w2.element_size() == 1 and c.w13.dim() == 3 and c.w2.dim() == 3
+            and c.w13.shape[2] == D // div and tuple(c.w2.shape) == (E, D, I // div) and _contig(c.w13, c.w2))
+
+
+def _fp8_dtype_ok(c: MoeCall) -> bool:
+    return c.weight_format != FP8_BLOCK128 or c.w13.dtype in (torch.float8_e4m3fn, torch.uint8)
+
+
+RULES: Sequence[Rule] = (
+    Rule("device", lambda c, a: any(a.startswith(s) for s in SUPPORTED_ARCHS),
+         lambda c, a: f"device arch {a} has no compiled small-M kernel (supported: {', '.join(SUPPORTED_ARCHS)})"),
+    Rule("weight_format", lambda c, a: c.weight_format in (FP8_BLOCK128, MXFP4),
+         lambda c, a: f"weight format {c.weight_format} is not FP8 128x128 block-scale or MXFP4"),
+    Rule("fp8_dtype", lambda c, a: _fp8_dtype_ok(c),
+         lambda c, a: f"fp8 weights are {c.w13.dtype}; the kernel decodes OCP e4m3fn (e4m3fnuz is gfx942's format)"),
+    Rule("layout", lambda c, a: c.layout in (ROW_MAJOR, SHUFFLE16),
+         lambda c, a: f"weight layout {c.layout} is not row-major or AITER shuffle (16,16)"),
+    Rule("activation", lambda c, a: c.activation == "silu" and c.is_gated,
+         lambda c, a: f"activation {c.activation} (gated={c.is_gated}) is not gated SiLU"),
+    Rule("swiglu_params", lambda c, a: not c.swiglu_params,
+         lambda c, a: "gemm1 alpha / clamp / swiglu limit are set (plain SiLU only)"),
+    Rule("bias", lambda c, a: not c.has_bias, lambda c, a: "expert biases are set"),
+    Rule("expert_mask", lambda c, a: not c.has_expert_mask, lambda c, a: "an expert mask is set (expert parallelism)"),
+    Rule("router_weight_on_input", lambda c, a: not c.apply_router_weight_on_input,
+         lambda c, a: "apply_router_weight_on_input is set"),
+    Rule("no_combine", lambda c, a: not c.no_combine, lambda c, a: "no_combine is set (per-slot outputs requested)"),
+    Rule("x", lambda c, a: c.x.dtype == torch.bfloat16 and c.x.dim() == 2 and c.x.is_contiguous(),
+         lambda c, a: f"activations are {c.x.dtype} {tuple(c.x.shape)} contiguous={c.x.is_contiguous()} (need contiguous bf16 [T, D])"),
+    Rule("topk", lambda c, a: (c.topk_ids.dtype == torch.int32 and c.topk_weights.dtype == torch.float32
+                               and c.topk_ids.shape == c.topk_weights.shape and _contig(c.topk_ids, c.topk_weights)),
+         lambda c, a: f"topk ids {c.topk_ids.dtype} / weights {c.topk_weights.dtype} not contiguous int32 / fp32 of one shape"),
+    Rule("weights", lambda c, a: _weights_ok(c),
+         lambda c, a: f"weights {tuple(c.w13.shape)} {c.w13.dtype} / {tuple(c.w2.shape)} are not contiguous packed [E, 2I, D] / [E, D, I]"),
+    Rule("scales", lambda c, a: _fp8_scales_ok(c) if c.weight_format == FP8_BLOCK128 else _mxfp4_scales_ok(c),
+         lambda c, a: (f"scales {None if c.w13_scale is None else tuple(c.w13_scale.shape)} / "
+                       f"{None if c.w2_scale is None else tuple(c.w2_scale.shape)} are not contiguous "
+                       + ("fp32 128x128 block scales (per-channel or per-tensor?)" if c.weight_format == FP8_BLOCK128
+                          else "e8m0 per-32 scales"))),
+    Rule("block_shape", lambda c, a: c.weight_format != FP8_BLOCK128 or tuple(c.block_shape or ()) == (128, 128),
+         lambda c, a: f"block shape {c.block_shape} is not 128x128"),
+    Rule("shape", lambda c, a: (c.hidden % 128 == 0 and c.inter % 128 == 0 and 0 < c.inter <= MAX_INTER
+                                and 0 < c.num_experts <= MAX_EXPERTS and 0 < c.top_k <= MAX_SLOTS),
+         lambda c, a: (f"shape D={c.hidden} I={c.inter} E={c.num_experts} K={c.top_k} outside D,I % 128 == 0, "
+                       f"I <= {MAX_INTER}, E <= {MAX_EXPERTS}, K <= {MAX_SLOTS}")),
+    Rule("tokens", lambda c, a: c.num_tokens <= token_cap(a, c.weight_format, c.inter, c.top_k)[0],
+         lambda c, a: (f"{c.num_tokens} tokens > cap {token_cap(a, c.weight_format, c.inter, c.top_k)[0]} "
+                       f"({token_cap(a, c.weight_format, c.inter, c.top_k)[1]})")),
+)
+
+
+def evaluate(call: MoeCall, arch: str) -> tuple:
+    """-> (eligible, reason). Reason names the first failing rule, or the cap that admitted it."""
+    for rule in RULES:
+        if not rule.passes(call, arch):
+            return False, f"{rule.name}: {rule.reason(call, arch)}"
+    cap, source = token_cap(arch, call.weight_format, call.inter, call.top_k)
+    return True, f"{call.num_tokens} tokens <= cap {cap} ({source})"
+
+
+def decision_table(arch: str, weight_format: str, hidden: int, inter: int, experts: int, top_k: int,
+                   tokens: Sequence[int]) -> list:
+    """For doctor: [(tokens, eligible, reason)] for a model shape, using meta tensors."""
+    rows = []
+    div = 1 if weight_format == FP8_BLOCK128 else 2
+    meta = "meta"
+    for t in tokens:
+        if weight_format == FP8_BLOCK128:
+            s13 = torch.empty(experts, 2 * inter // 128, hidden // 128, device=meta)
+            s2 = torch.empty(experts, hidden // 128, inter // 128, device=meta)
+        else:
+            s13 = torch.empty(experts, 2 * inter, hidden // 32, dtype=torch.uint8, device=meta)
+            s2 = torch.empty(experts, hidden, inter // 32, dtype=torch.uint8, device=meta)
+        call = MoeCall(
+            x=torch.empty(t, hidden, dtype=torch.bfloat16, device=meta),
+            w13=torch.empty(experts, 2 * inter, hidden // div, dtype=torch.uint8, device=meta),
+            w2=torch.empty(experts, hidden, inter // div, dtype=torch.uint8, device=meta),
+            w13_scale=s13, w2_scale=s2,
+            topk_weights=torch.empty(t, top_k, device=meta),
+            topk_ids=torch.empty(t, top_k, dtype=torch.int32, device=meta),
+            weight_format=weight_format, layout=SHUFFLE16 if arch.startswith("gfx") else ROW_MAJOR)
+        ok, reason = evaluate(call, arch)
+        rows.append((t, ok, reason))
+    return rows

@@ -1,0 +1,135 @@
+"""Compiled kernel bindings: loading the extension, device/arch detection, workspaces, op calls.
+
+The extension `sglang_smallm_plugin._C` is built at install time (setup.py) for one arch
+(gfx950 from a ROCm torch, sm_90a from a CUDA torch). It registers the torch custom ops
+`torch.ops.sglang_smallm.*`; this module adds their fake (meta) implementations so they trace.
+"""
+
+import functools
+import importlib
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from .calls import FP8_BLOCK128, MXFP4, SHUFFLE16, MoeCall
+from .gate import MAX_PAIRS
+
+logger = logging.getLogger("sglang_smallm")
+
+FORMAT_CODES = {FP8_BLOCK128: 0, MXFP4: 1}
+SYNC_FIXED_WORDS = 2 + 2 * MAX_PAIRS  # ticket, exit, done1[MAX_PAIRS], used1[MAX_PAIRS]
+ROWS2 = 256
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    kind: str   # "cpu" | "cuda" | "rocm"
+    name: str
+    arch: str   # "gfx950", "sm_90", "cpu", ...
+
+
+def device_info(device=None) -> DeviceInfo:
+    dev = torch.device(device) if device is not None else None
+    if dev is not None and dev.type != "cuda":
+        return DeviceInfo("cpu", "cpu", "cpu")
+    if not torch.cuda.is_available():
+        return DeviceInfo("cpu", "cpu", "cpu")
+    idx = dev.index if dev is not None and dev.index is not None else torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(idx)
+    if torch.version.hip:
+        arch = getattr(props, "gcnArchName", "gfx?").split(":")[0]
+        return DeviceInfo("rocm", props.name, arch)
+    return DeviceInfo("cuda", props.name, f"sm_{props.major}{props.minor}")
+
+
+@functools.lru_cache(maxsize=None)
+def load_compiled() -> tuple:
+    """-> (module or None, reason). Never raises."""
+    try:
+        mod = importlib.import_module("sglang_smallm_plugin._C")
+    except ImportError as e:
+        return None, f"compiled kernels not installed ({e}); reinstall with `pip install --no-build-isolation .` on a machine with a CUDA or ROCm torch"
+    except OSError as e:
+        return None, f"compiled kernels failed to load: {e}"
+    _register_fakes()
+    return mod, f"loaded {getattr(mod, '__file__', '?')} built for {compiled_arch_of_ops()}"
+
+
+def compiled_arch_of_ops() -> Optional[str]:
+    try:
+        return torch.ops.sglang_smallm.build_arch()
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def compiled_arch() -> Optional[str]:
+    mod, _ = load_compiled()
+    return compiled_arch_of_ops() if mod is not None else None
+
+
+_fakes_done = False
+
+
+def _register_fakes():
+    global _fakes_done
+    if _fakes_done:
+        return
+    _fakes_done = True
+
+    @torch.library.register_fake("sglang_smallm::moe_fused")
+    def _moe_fused_fake(x, w13, w2, s13, s2, topk_weights, topk_ids, out, h, y, sync, fmt, layout, out_scale):
+        return None
+
+
+class Workspace:
+    """Per-device scratch for the fused kernel. Its counters must be zero before the first launch;
+    the kernel resets every counter it uses, so the buffer stays valid across calls and graph replays.
+    Grown only outside CUDA-graph capture (at weight-processing time or on an eager first call)."""
+
+    _by_device: dict = {}
+    _lock = threading.Lock()
+
+    def __init__(self, device, hidden, inter):
+        self.hidden, self.inter = hidden, inter
+        self.h = torch.empty(MAX_PAIRS * inter, dtype=torch.float32, device=device)
+        self.y = torch.empty(MAX_PAIRS * hidden, dtype=torch.float32, device=device)
+        words = SYNC_FIXED_WORDS + MAX_PAIRS * ((hidden + ROWS2 - 1) // ROWS2)
+        self.sync = torch.zeros(words, dtype=torch.int32, device=device)
+
+    @classmethod
+    def ensure(cls, device, hidden, inter) -> "Workspace":
+        device = torch.device(device)
+        key = (device.type, device.index)
+        with cls._lock:
+            ws = cls._by_device.get(key)
+            if ws is not None and ws.hidden >= hidden and ws.inter >= inter:
+                return ws
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(
+                    "sglang-smallm: kernel workspace would be allocated during CUDA-graph capture; "
+                    "it is normally made when weights are processed. Run one eager forward first.")
+            ws = cls(device, max(hidden, ws.hidden if ws else 0), max(inter, ws.inter if ws else 0))
+            cls._by_device[key] = ws
+            return ws
+
+
+def run_moe(call: MoeCall, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Run the fused kernel for an eligible call (the gate has already said yes)."""
+    mod, why = load_compiled()
+    if mod is None:
+        raise RuntimeError(f"sglang-smallm: {why}")
+    ws = Workspace.ensure(call.x.device, call.hidden, call.inter)
+    out = torch.empty_like(call.x) if out is None else out
+    scale = 1.0 if call.routed_scaling_factor is None else float(call.routed_scaling_factor)
+    w13 = call.w13.view(torch.uint8)
+    w2 = call.w2.view(torch.uint8)
+    s13, s2 = call.w13_scale, call.w2_scale
+    if call.weight_format == MXFP4:
+        s13, s2 = s13.view(torch.uint8), s2.view(torch.uint8)
+    torch.ops.sglang_smallm.moe_fused(
+        call.x, w13, w2, s13, s2, call.topk_weights, call.topk_ids, out, ws.h, ws.y, ws.sync,
+        FORMAT_CODES[call.weight_format], 1 if call.layout == SHUFFLE16 else 0, scale)
+    return out

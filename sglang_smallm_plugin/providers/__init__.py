@@ -1,0 +1,1 @@
+"""Built-in kernel providers: the compiled kernels and the pure-torch reference."""

@@ -1,0 +1,37 @@
+"""The compiled small-M kernels (hip/), as a provider. Present when the extension was built."""
+
+from .. import gate, kernels
+from ..calls import MoeCall
+
+
+class CompiledMoeProvider:
+    name = "smallm-compiled"
+    priority = 100
+
+    def available(self, device) -> tuple:
+        info = kernels.device_info(device)
+        if info.kind == "cpu":
+            return False, "no GPU: the compiled kernels need gfx950 or sm_90"
+        mod, why = kernels.load_compiled()
+        if mod is None:
+            return False, why
+        built = kernels.compiled_arch() or "?"
+        if not any(info.arch.startswith(a) for a in gate.SUPPORTED_ARCHS):
+            return False, f"device {info.name} ({info.arch}) is not gfx950 or sm_90"
+        if not _arch_matches(built, info.arch):
+            return False, f"kernels were built for {built} but the device is {info.arch}; rebuild on this machine"
+        return True, f"{info.name} ({info.arch}), kernels built for {built}"
+
+    def supports(self, call: MoeCall) -> tuple:
+        ok, why = self.available(call.device)
+        if not ok:
+            return False, why
+        return gate.evaluate(call, kernels.device_info(call.device).arch)
+
+    def run(self, call: MoeCall):
+        return kernels.run_moe(call)
+
+
+def _arch_matches(built: str, device_arch: str) -> bool:
+    built = built.replace("sm_90a", "sm_90")
+    return any(device_arch.startswith(b.strip()) for b in built.split(",") if b.strip())

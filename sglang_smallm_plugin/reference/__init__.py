@@ -1,0 +1,41 @@
+"""Pure-torch references: the executable specification every kernel is tested against.
+
+Nothing here is fast; everything here is meant to be obviously right. Each function states
+the format it reads or writes (see DESIGN.md for the AITER formats) and raises ValueError with
+a clear message on bad input.
+"""
+
+from .layouts import e8m0_shuffle, e8m0_unshuffle, shuffle_weight, unshuffle_weight
+from .moe import fused_moe_fp8_blockscale, fused_moe_mxfp4
+from .quant import (
+    dequant_fp8_blockscale,
+    dequant_mxfp4,
+    e8m0_to_float,
+    fp4_pack,
+    fp4_unpack,
+    mxfp4_quant,
+    mxfp8_dequant,
+    mxfp8_quant,
+    quant_fp8_blockscale,
+)
+from .sorting import moe_align_block_size, moe_sorting
+
+__all__ = [
+    "shuffle_weight",
+    "unshuffle_weight",
+    "e8m0_shuffle",
+    "e8m0_unshuffle",
+    "moe_sorting",
+    "moe_align_block_size",
+    "fused_moe_fp8_blockscale",
+    "fused_moe_mxfp4",
+    "mxfp8_quant",
+    "mxfp8_dequant",
+    "mxfp4_quant",
+    "quant_fp8_blockscale",
+    "dequant_fp8_blockscale",
+    "dequant_mxfp4",
+    "fp4_pack",
+    "fp4_unpack",
+    "e8m0_to_float",
+]

@@ -1,0 +1,124 @@
+"""Number formats: e4m3 FP8 with 128x128 block scales, MXFP4 (e2m1 + e8m0 per 32), MXFP8.
+
+Conventions (OCP MX v1.0 and AITER):
+- e8m0 byte b encodes 2^(b-127); 255 is NaN.
+- fp4 e2m1 values are packed two per byte, element 2i in the low nibble, 2i+1 in the high.
+- MX scales: one e8m0 per 32 consecutive values along the last dim; the scale is
+  2^(floor(log2(amax)) - emax_elem) with emax_elem = 2 (e2m1) or 8 (e4m3); values are divided
+  by it and rounded to nearest even, saturating at the format's max (6.0 / 448.0).
+"""
+
+import torch
+
+from ._checks import require, require_tensor
+
+FP4_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+E4M3_MAX = 448.0
+
+
+def e8m0_to_float(s: torch.Tensor) -> torch.Tensor:
+    """e8m0 bytes (uint8 or float8_e8m0fnu) -> fp32 2^(b-127); 255 -> NaN."""
+    require(s.element_size() == 1, f"e8m0 scales must be 1-byte, got {s.dtype}")
+    b = s.view(torch.uint8).to(torch.int32)
+    out = torch.exp2((b - 127).to(torch.float32))
+    return torch.where(b == 255, torch.full_like(out, float("nan")), out)
+
+
+def _float_to_e8m0_floor(amax: torch.Tensor, emax_elem: int) -> torch.Tensor:
+    """Shared exponent per OCP MX: floor(log2(amax)) - emax_elem, biased by 127, clamped."""
+    safe = torch.where(amax > 0, amax, torch.ones_like(amax))
+    e = torch.floor(torch.log2(safe)).to(torch.int32) - emax_elem
+    e = torch.where(amax > 0, e, torch.full_like(e, -127))
+    return (e + 127).clamp(0, 254).to(torch.uint8)
+
+
+def fp4_unpack(packed: torch.Tensor) -> torch.Tensor:
+    """[.., K/2] packed e2m1 bytes -> [.., K] fp32 values."""
+    require(packed.element_size() == 1, f"packed fp4 must be 1-byte elements, got {packed.dtype}")
+    b = packed.view(torch.uint8).to(torch.int64)
+    lut = FP4_VALUES.to(packed.device)
+    lo, hi = lut[b & 15], lut[b >> 4]
+    return torch.stack([lo, hi], dim=-1).flatten(-2)
+
+
+def _fp4_encode(v: torch.Tensor) -> torch.Tensor:
+    """fp32 values (already scaled) -> e2m1 codes, round to nearest even, saturate at 6."""
+    mags = FP4_VALUES[:8].to(v.device)
+    a = v.abs().clamp(max=6.0)
+    # nearest magnitude; ties go to the even code (code with lowest mantissa bit 0)
+    d = (a.unsqueeze(-1) - mags).abs()
+    best = d.min(dim=-1, keepdim=True).values
+    cand = (d == best)
+    codes = torch.arange(8, device=v.device)
+    even_pref = cand & (codes % 2 == 0)
+    pick = torch.where(even_pref.any(-1, keepdim=True), even_pref, cand)
+    code = torch.argmax(pick.to(torch.int8), dim=-1)  # first (lowest) matching code
+    sign = (v < 0) & (code > 0)
+    return (code + 8 * sign.to(torch.int64)).to(torch.uint8)
+
+
+def fp4_pack(codes: torch.Tensor) -> torch.Tensor:
+    """[.., K] e2m1 codes (0..15) -> [.., K/2] bytes, low nibble first."""
+    require(codes.shape[-1] % 2 == 0, "fp4_pack needs an even last dim")
+    c = codes.to(torch.uint8)
+    return (c[..., 0::2] | (c[..., 1::2] << 4)).contiguous()
+
+
+def mxfp4_quant(w: torch.Tensor):
+    """fp32/bf16 [.., K] -> (packed uint8 [.., K/2], e8m0 uint8 [.., K/32])."""
+    require_tensor(w, "w", dtypes=(torch.float32, torch.bfloat16, torch.float16))
+    require(w.shape[-1] % 32 == 0, f"last dim must be a multiple of 32, got {w.shape[-1]}")
+    g = w.float().reshape(*w.shape[:-1], -1, 32)
+    scale = _float_to_e8m0_floor(g.abs().amax(-1), 2)
+    codes = _fp4_encode(g / e8m0_to_float(scale).unsqueeze(-1))
+    return fp4_pack(codes.reshape(w.shape)), scale
+
+
+def dequant_mxfp4(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """packed [.., K/2] + e8m0 [.., K/32] (plain layout) -> fp32 [.., K]."""
+    v = fp4_unpack(packed)
+    require(scale.shape[-1] * 32 == v.shape[-1], f"scale [.., {scale.shape[-1]}] does not cover K={v.shape[-1]}")
+    s = e8m0_to_float(scale).repeat_interleave(32, dim=-1)
+    return v * s
+
+
+def mxfp8_quant(x: torch.Tensor):
+    """bf16/fp32 [.., K] -> (e4m3fn [.., K], e8m0 uint8 [.., K/32]). Round to nearest even,
+    saturate at 448. This is the activation quantisation AITER's MXFP8 MoE consumes."""
+    require_tensor(x, "x", dtypes=(torch.float32, torch.bfloat16, torch.float16))
+    require(x.shape[-1] % 32 == 0, f"last dim must be a multiple of 32, got {x.shape[-1]}")
+    g = x.float().reshape(*x.shape[:-1], -1, 32)
+    scale = _float_to_e8m0_floor(g.abs().amax(-1), 8)
+    q = (g / e8m0_to_float(scale).unsqueeze(-1)).clamp(-E4M3_MAX, E4M3_MAX)
+    return q.reshape(x.shape).to(torch.float8_e4m3fn), scale
+
+
+def mxfp8_dequant(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return q.float() * e8m0_to_float(scale).repeat_interleave(32, dim=-1)
+
+
+def quant_fp8_blockscale(w: torch.Tensor, block: int = 128):
+    """fp32/bf16 [E, N, K] -> (e4m3fn [E, N, K], fp32 scale [E, N/128, K/128]); scale = amax/448."""
+    require_tensor(w, "w", dtypes=(torch.float32, torch.bfloat16, torch.float16), dim=3)
+    e, n, k = w.shape
+    require(n % block == 0 and k % block == 0, f"N and K must be multiples of {block}, got {n}, {k}")
+    g = w.float().reshape(e, n // block, block, k // block, block)
+    amax = g.abs().amax(dim=(2, 4))
+    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    q = (g / scale[:, :, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).reshape(e, n, k)
+    return q.to(torch.float8_e4m3fn), scale.contiguous()
+
+
+def dequant_fp8_blockscale(w: torch.Tensor, scale: torch.Tensor, block: int = 128) -> torch.Tensor:
+    """e4m3 [.., N, K] with fp32 scale [.., N/128, K/128] -> fp32 [.., N, K]."""
+    require(w.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.uint8),
+            f"fp8 weights must be float8_e4m3fn/fnuz (or raw uint8 bytes), got {w.dtype}")
+    require_tensor(scale, "scale", dtypes=(torch.float32,))
+    n, k = w.shape[-2], w.shape[-1]
+    require(tuple(scale.shape[-2:]) == ((n + block - 1) // block, (k + block - 1) // block),
+            f"block scale shape {tuple(scale.shape)} does not match weights {tuple(w.shape)} (block {block}); "
+            "per-channel or per-tensor scales are not 128x128 block scales")
+    wf = (w.view(torch.float8_e4m3fn) if w.dtype == torch.uint8 else w).float()
+    s = scale.repeat_interleave(block, dim=-2)[..., :n, :].repeat_interleave(block, dim=-1)[..., :k]
+    return wf * s
+

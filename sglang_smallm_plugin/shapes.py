@@ -1,0 +1,38 @@
+"""Model shapes the plugin is built and measured for (one MoE layer per tensor-parallel rank)."""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    name: str
+    hidden: int        # D
+    experts: int       # E, routed + fused shared
+    slots: int         # K, routed top-k + shared
+    inter: int         # I per partition
+    shared: int = 0    # fused shared experts (ids E-shared .. E-1, always selected)
+    note: str = ""
+
+    def expert_bytes(self, weight_format: str) -> int:
+        """Weight + scale bytes of one expert."""
+        D, I = self.hidden, self.inter
+        if weight_format == "mxfp4":
+            return 3 * D * I // 2 + 3 * D * I // 32
+        return 3 * D * I + 4 * (3 * D * I // (128 * 128))
+
+    def distinct_experts(self, tokens: int) -> float:
+        """Expected distinct experts touched by `tokens` tokens with uniform random routing."""
+        routed = self.experts - self.shared
+        k = self.slots - self.shared
+        return self.shared + routed * (1 - (1 - k / routed) ** tokens)
+
+
+SHAPES = {
+    s.name: s
+    for s in (
+        MoeShape("qwen35-tp4", 4096, 513, 11, 256, 1, "Qwen3.5-397B-A17B at TP4: 512 routed + 1 shared, top-10 + shared"),
+        MoeShape("qwen35-tp8", 4096, 513, 11, 128, 1, "Qwen3.5-397B-A17B at TP8"),
+        MoeShape("minimax-m3", 6144, 129, 5, 384, 1, "MiniMax-M3-like: 128 routed + 1 shared, top-4 + shared"),
+        MoeShape("qwen3-235b-tp4", 4096, 128, 8, 384, 0, "Qwen3-235B-A22B-like at TP4: 128 experts, top-8"),
+    )
+}
