@@ -10,7 +10,7 @@ constexpr int kThreads = 256;
 constexpr int kMaxPairs = 768;     // tokens * slots per call
 constexpr int kMaxExperts = 1024;  // experts in the layer (ids are int32)
 constexpr int kMaxInter = 1024;    // intermediate size per partition
-constexpr int kRows2 = kThreads;   // output rows per phase-2 item (one row per thread)
+constexpr int kMinRows2 = 32;      // fewest output rows per phase-2 item (I = kMaxInter, fp8)
 
 enum WeightFormat : int { kFp8Block128 = 0, kMxfp4 = 1 };
 enum WeightLayout : int { kRowMajor = 0, kShuffle16x16 = 1 };
@@ -24,7 +24,7 @@ struct MoeArgs {
   const float* topk_w;      // [T, K]
   const int32_t* topk_ids;  // [T, K]
   uint16_t* out;            // [T, D] bf16
-  float* h;                 // workspace [kMaxPairs, I]
+  float* h;                 // workspace: phase-1 partials, h_words(D, I)
   float* y;                 // workspace [kMaxPairs, D]
   unsigned* sync;           // workspace counters, zero before the first call
   int T, K, E, D, I;
@@ -37,9 +37,11 @@ constexpr int kSyncTicket = 0;
 constexpr int kSyncExit = 1;
 constexpr int kSyncDone1 = 2;
 constexpr int kSyncUsed1 = kSyncDone1 + kMaxPairs;
-constexpr int kSyncTok = kSyncUsed1 + kMaxPairs;  // then [T, ceil(D / kRows2)]
+constexpr int kSyncTok = kSyncUsed1 + kMaxPairs;  // then [T, row ranges <= ceil(D / kMinRows2)]
 
-inline int sync_words(int max_tokens, int D) { return kSyncTok + max_tokens * ((D + kRows2 - 1) / kRows2); }
+inline int sync_words(int max_tokens, int D) { return kSyncTok + max_tokens * ((D + kMinRows2 - 1) / kMinRows2); }
+// Phase-1 partial sums: [pairs, K slices (<= ceil(D / 1024)), gate|up, I] fp32.
+inline long h_words(int D, int I) { return (long)kMaxPairs * 2 * ((D + 1023) / 1024) * I; }
 
 }  // namespace smallm
 

@@ -46,6 +46,15 @@ namespace smallm {
 
 typedef __SIZE_TYPE__ size_t;
 
+#if defined(SMALLM_HIP) && !defined(HIP_INCLUDE_HIP_HIP_RUNTIME_H)
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+struct alignas(8) float2 {
+  float x, y;
+};
+#endif
+
 struct alignas(16) Vec16 {
   uint32_t w[4];
 };
@@ -83,6 +92,13 @@ SMALLM_DEV void block_sync() {
 #endif
 }
 
+SMALLM_DEV void publish_block_writes() {
+#if defined(SMALLM_HIP)
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");
+#endif
+  block_sync();
+}
+
 SMALLM_DEV float shfl_xor(float v, int mask) {
 #if defined(SMALLM_HIP)
   int lane = (int)__builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
@@ -103,6 +119,16 @@ SMALLM_DEV unsigned atomic_add_release(unsigned* p, unsigned v) {
   unsigned old = atomicAdd(p, v);
   __threadfence();
   return old;
+#endif
+}
+
+// Fire-and-forget release increment (no return value, no round trip): the block's prior global
+// writes, ordered before it by a block barrier, become visible before the increment.
+SMALLM_DEV void signal_add(unsigned* p, unsigned v) {
+#if defined(SMALLM_HIP)
+  (void)__hip_atomic_fetch_add(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 #endif
 }
 
@@ -157,6 +183,12 @@ SMALLM_DEV void fence_release() {
 #endif
 }
 
+// All threads' global writes so far -> visible device-wide to whoever observes the next signal.
+// CUDA: bar.sync orders them before thread 0's gpu-scope release (PTX fences are cumulative).
+// HIP: every wave releases at agent scope first (conservative across XCDs), then the barrier.
+SMALLM_DEV void block_sync();
+SMALLM_DEV void publish_block_writes();
+
 SMALLM_DEV void fence_acquire() {
 #if defined(SMALLM_HIP)
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
@@ -208,6 +240,16 @@ SMALLM_DEV float load_coherent(const float* p) {
   return *p;
 #else
   return __ldcg(p);
+#endif
+}
+
+// Register barrier: the compiler must assume v changed here, so work derived from v cannot be
+// hoisted out of the enclosing loop (keeps decoded weights from piling up in registers).
+SMALLM_DEV void opaque(Vec16& v) {
+#if defined(SMALLM_HIP)
+  asm volatile("" : "+v"(v.w[0]), "+v"(v.w[1]), "+v"(v.w[2]), "+v"(v.w[3]));
+#else
+  asm volatile("" : "+r"(v.w[0]), "+r"(v.w[1]), "+r"(v.w[2]), "+r"(v.w[3]));
 #endif
 }
 
@@ -336,6 +378,60 @@ SMALLM_DEV float dot32_fp4_bf16(const Vec16& w, const Vec16* x4) {
     acc = ffma(e2m1_to_f32_portable(byte >> 4), bf16_hi(xw), acc);
   }
   return acc;
+#endif
+}
+
+// Compile-time loop: fn(IntC<I>{}) for I in [B, E). Lets builtins that need constant selectors
+// sit inside loops.
+template <int I>
+struct IntC {
+  static constexpr int value = I;
+};
+template <int B, int E>
+struct StaticFor {
+  template <class Fn>
+  SMALLM_DEV static void run(Fn& fn) {
+    fn(IntC<B>{});
+    StaticFor<B + 1, E>::run(fn);
+  }
+};
+template <int E>
+struct StaticFor<E, E> {
+  template <class Fn>
+  SMALLM_DEV static void run(Fn&) {}
+};
+
+// Decode values 2P and 2P+1 of a 16-byte e4m3 vector.
+template <int P>
+SMALLM_DEV void decode_pair_fp8(const Vec16& w, float& lo, float& hi) {
+#if defined(__gfx950__)
+  typedef float f2 __attribute__((ext_vector_type(2)));
+  f2 v = __builtin_amdgcn_cvt_scalef32_pk_f32_fp8(w.w[P / 2], 1.0f, (P % 2) == 1);
+  lo = v.x;
+  hi = v.y;
+#elif defined(SMALLM_SM89_FP8)
+  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)((w.w[P / 2] >> (16 * (P % 2))) & 0xffffu), __NV_E4M3);
+  float2 f = __half22float2(*reinterpret_cast<__half2*>(&h));
+  lo = f.x;
+  hi = f.y;
+#else
+  lo = e4m3_to_f32_portable((w.w[P / 2] >> (16 * (P % 2))) & 0xffu);
+  hi = e4m3_to_f32_portable((w.w[P / 2] >> (16 * (P % 2) + 8)) & 0xffu);
+#endif
+}
+
+// Decode values 2P (low nibble of byte P) and 2P+1 of a 16-byte e2m1 vector.
+template <int P>
+SMALLM_DEV void decode_pair_fp4(const Vec16& w, float& lo, float& hi) {
+#if defined(__gfx950__)
+  typedef float f2 __attribute__((ext_vector_type(2)));
+  f2 v = __builtin_amdgcn_cvt_scalef32_pk_f32_fp4(w.w[P / 4], 1.0f, P % 4);
+  lo = v.x;
+  hi = v.y;
+#else
+  const uint32_t byte = (w.w[P / 4] >> (8 * (P % 4))) & 0xffu;
+  lo = e2m1_to_f32_portable(byte & 15u);
+  hi = e2m1_to_f32_portable(byte >> 4);
 #endif
 }
 

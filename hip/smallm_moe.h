@@ -8,10 +8,13 @@
 // Work decomposition (no sort; each expert's weights are read once per call):
 //   prologue  every block derives, from topk_ids, the distinct experts in order of first
 //             occurrence and the (token, slot) pairs of each (in shared memory);
-//   phase 1   item (expert u, 16-row group g): gate rows g*16.., up rows I+g*16.. -> h[pair, rows]
-//   phase 2   item (expert u, 256-row range r): y[pair, rows] = W2 rows . h[pair]; the block that
-//             completes the last slot of a token for that row range writes out[token, rows],
-//             summing slots in slot order (deterministic).
+//   phase 1   item (expert u, 16-row group g, K slice k): partial dot products of gate rows
+//             g*16.. and up rows I+g*16.. over one K slice -> part[pair, k, gate|up, rows]
+//   phase 2   item (expert u, row range r): h = silu(sum_k gate parts) * (sum_k up parts), staged
+//             in shared memory; y[pair, rows] = W2 rows . h; the block that completes the last
+//             slot of a token for that row range writes out[token, rows], summing slots in slot
+//             order (deterministic: every sum has a fixed order).
+// Every item issues all its weight loads at once (8 x 16 bytes per thread, 32 KB per block).
 // Items are handed out by an atomic ticket in increasing order: a phase-2 item waits only on
 // phase-1 items with lower tickets, which running blocks already hold and which never wait, so
 // the launch cannot deadlock whatever the residency. Phase-2 blocks load their W2 rows before
@@ -25,8 +28,10 @@
 namespace smallm {
 
 constexpr int kMC = 4;       // pairs accumulated per pass
-constexpr int kChunk2 = 8;   // W2 vectors per thread held in registers
-constexpr int kU1 = 2;       // phase-1 vectors per thread per batch (x2: gate and up)
+constexpr int kJ1 = 4;       // phase 1: vectors per thread per row (x2: gate and up) -> 8 loads in flight
+constexpr int kSlice1 = 16 * kJ1;  // phase 1: vectors of a row per item (K slice)
+constexpr int kV2 = 8;       // phase 2: at most 8 W2 vectors per thread, all loaded at once
+constexpr int kStageBytes = kMC * kMaxInter * 4;  // shared staging: x slices (phase 1) or h (phase 2)
 constexpr int kWarps = kThreads / kWarp;
 
 // Two resident blocks per SM / CU: registers capped at 128 (CUDA) / 256 (gfx950 wave64).
@@ -54,6 +59,8 @@ struct Format<kFp8Block128> {
   }
   SMALLM_DEV static float dot_bf16(const Vec16& w, const Vec16* x) { return dot16_fp8_bf16(w, x[0], x[1]); }
   SMALLM_DEV static void decode(const Vec16& w, float* f) { decode16_fp8(w, f); }
+  template <int P>
+  SMALLM_DEV static void pair(const Vec16& w, float& lo, float& hi) { decode_pair_fp8<P>(w, lo, hi); }
 };
 
 template <>
@@ -75,6 +82,8 @@ struct Format<kMxfp4> {
   }
   SMALLM_DEV static float dot_bf16(const Vec16& w, const Vec16* x) { return dot32_fp4_bf16(w, x); }
   SMALLM_DEV static void decode(const Vec16& w, float* f) { decode32_fp4(w, f); }
+  template <int P>
+  SMALLM_DEV static void pair(const Vec16& w, float& lo, float& hi) { decode_pair_fp4<P>(w, lo, hi); }
 };
 
 // Byte offset of 16-byte vector `kvi` of row `row` in a [rows, row_bytes] matrix.
@@ -192,164 +201,215 @@ SMALLM_DEV void build_routing(const MoeArgs& a, Routing& R) {
 
 SMALLM_DEV int imin(int a, int b) { return a < b ? a : b; }
 
+// ------------------------------------------------------------------ geometry
+struct Geometry {
+  int rowb1, nv1, ksplit, g1, n1per;  // phase 1: row bytes, vectors/row, K slices, row groups, items/expert
+  int rowb2, nv2, tpr, vpt, rows2, ndr;  // phase 2: row bytes, vectors/row, threads/row, vectors/thread, rows/item, ranges
+};
+
+template <int Fmt>
+SMALLM_DEV Geometry geometry(const MoeArgs& a) {
+  Geometry g;
+  g.rowb1 = a.D / Format<Fmt>::kRowBytesDiv;
+  g.nv1 = g.rowb1 / 16;
+  g.ksplit = (g.nv1 + kSlice1 - 1) / kSlice1;
+  g.g1 = a.I / 16;
+  g.n1per = g.g1 * g.ksplit;
+  g.rowb2 = a.I / Format<Fmt>::kRowBytesDiv;
+  g.nv2 = g.rowb2 / 16;
+  int need = (g.nv2 + kV2 - 1) / kV2;
+  g.tpr = 1;
+  while (g.tpr < need) g.tpr <<= 1;
+  g.vpt = (g.nv2 + g.tpr - 1) / g.tpr;
+  g.rows2 = kThreads / g.tpr;
+  g.ndr = (a.D + g.rows2 - 1) / g.rows2;
+  return g;
+}
+
 // ------------------------------------------------------------------ phase 1
-// Item (distinct expert u, 16-row group grp): thread t owns row t%16 of the group and the
-// vectors kvi = t/16 + 16j along K; 16 threads share a row and are reduced at the end.
+// Item (distinct expert u, 16-row group grp, K slice ks): thread t owns row t%16 of the group and
+// vectors kvi = ks*64 + t/16 + 16j (j < 4) of it, for gate and up: 8 loads issued at once and kept
+// in registers while all the expert's pairs are accumulated (x slices staged in shared memory).
+// Weight vectors (and their scales) of one item, loaded into registers before the item runs:
+// phase 1 uses v[0..3] = gate, v[4..7] = up; phase 2 uses v[0..7] of one W2 row.
+struct Loads {
+  Vec16 v[8];
+  float s[8];
+};
+
 template <int Fmt, int Layout>
-SMALLM_DEV void phase1_item(const MoeArgs& a, const Routing& R, int u, int grp,
-                            float (*red)[2][kMC][16]) {
+SMALLM_DEV void phase1_loads(const MoeArgs& a, const Geometry& G, const Routing& R, int u, int grp, int ks, Loads& L) {
+  using F = Format<Fmt>;
+  const int t = thread_id(), r = t & 15, c = t >> 4;
+  const int e = R.id[R.ulead[u]];
+  const int rows13 = 2 * a.I;
+  const uint8_t* wb = a.w13 + (size_t)e * rows13 * G.rowb1;
+  const int rg = grp * 16 + r, ru = a.I + grp * 16 + r;
+#pragma unroll
+  for (int j = 0; j < kJ1; ++j) {
+    const int kvi = ks * kSlice1 + c + 16 * j;
+    if (kvi < G.nv1) {
+      L.v[j] = load_weights(wb + vec_offset<Layout>(rg, kvi, G.rowb1));
+      L.v[kJ1 + j] = load_weights(wb + vec_offset<Layout>(ru, kvi, G.rowb1));
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kJ1; ++j) {
+    const int kvi = ks * kSlice1 + c + 16 * j;
+    if (kvi < G.nv1) {
+      L.s[j] = F::template scale<Layout>(a.s13, e, rows13, a.D, rg, kvi);
+      L.s[kJ1 + j] = F::template scale<Layout>(a.s13, e, rows13, a.D, ru, kvi);
+    }
+  }
+}
+
+template <int Fmt, int Layout>
+SMALLM_DEV void phase1_item(const MoeArgs& a, const Geometry& G, const Routing& R, int u, int grp, int ks,
+                            Loads& L, float (*red)[2][kMC][16], uint8_t* stage) {
   using F = Format<Fmt>;
   const int t = thread_id(), r = t & 15, c = t >> 4, w = t / kWarp;
-  const int lead = R.ulead[u], e = R.id[lead];
-  const int rowb = a.D / F::kRowBytesDiv, nv = rowb / 16, rows13 = 2 * a.I;
-  const uint8_t* wb = a.w13 + (size_t)e * rows13 * rowb;
-  const int rg = grp * 16 + r, ru = a.I + grp * 16 + r;
+  const int lead = R.ulead[u];
+  const int k0 = ks * kSlice1;
+  constexpr int kXv = F::kElems / 8;             // bf16 vectors of x per weight vector
+  const int slice_vecs = kSlice1 * kXv;           // x vectors per pair in this slice
+  const int nvalid = imin(kSlice1, G.nv1 - k0) * kXv;
+  Vec16* xs = reinterpret_cast<Vec16*>(stage);
   const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
-  constexpr int kXv = F::kElems / 8;  // bf16 activation vectors per weight vector
   for (int m0 = 0; m0 < M; m0 += kMC) {
     const int mc = imin(kMC, M - m0);
-    const uint16_t* xrow[kMC];
-#pragma unroll
-    for (int m = 0; m < kMC; ++m)
-      xrow[m] = a.x + (size_t)(R.plist[beg + m0 + (m < mc ? m : 0)] / a.K) * a.D;
-    float ag[kMC], au[kMC];
-#pragma unroll
-    for (int m = 0; m < kMC; ++m) ag[m] = au[m] = 0.0f;
-    for (int j0 = 0; j0 * 16 < nv; j0 += kU1) {
-      Vec16 wg[kU1], wu[kU1];
-      float sg[kU1], su[kU1];
-#pragma unroll
-      for (int q = 0; q < kU1; ++q) {
-        const int kvi = c + 16 * (j0 + q);
-        if (kvi < nv) {
-          wg[q] = load_weights(wb + vec_offset<Layout>(rg, kvi, rowb));
-          wu[q] = load_weights(wb + vec_offset<Layout>(ru, kvi, rowb));
-          sg[q] = F::template scale<Layout>(a.s13, e, rows13, a.D, rg, kvi);
-          su[q] = F::template scale<Layout>(a.s13, e, rows13, a.D, ru, kvi);
-        }
-      }
-#pragma unroll
-      for (int q = 0; q < kU1; ++q) {
-        const int kvi = c + 16 * (j0 + q);
-        if (kvi < nv) {
-#pragma unroll
-          for (int m = 0; m < kMC; ++m) {
-            if (m < mc) {
-              Vec16 xv[kXv];
-#pragma unroll
-              for (int i = 0; i < kXv; ++i) xv[i] = load_cached(xrow[m] + kvi * F::kElems + 8 * i);
-              ag[m] = ffma(sg[q], F::dot_bf16(wg[q], xv), ag[m]);
-              au[m] = ffma(su[q], F::dot_bf16(wu[q], xv), au[m]);
-            }
-          }
-        }
+    for (int i = t; i < mc * slice_vecs; i += kThreads) {
+      const int m = i / slice_vecs, v = i - m * slice_vecs;
+      if (v < nvalid) {
+        const int tok = R.plist[beg + m0 + m] / a.K;
+        xs[i] = load_cached(a.x + (size_t)tok * a.D + (size_t)k0 * F::kElems + v * 8);
       }
     }
+    block_sync();
+    // One pair at a time (runtime loop): registers hold the 8 weight vectors, not kMC x 8 x-slices.
+    for (int m = 0; m < mc; ++m) {
+      float ag = 0.0f, au = 0.0f;
 #pragma unroll
-    for (int m = 0; m < kMC; ++m) {
-      const float g = warp_row_sum(ag[m]), v = warp_row_sum(au[m]);
+      for (int j = 0; j < kJ1; ++j) {
+        const int kl = c + 16 * j;
+        if (k0 + kl < G.nv1) {
+          opaque(L.v[j]);  // keep converted weights from being hoisted out of the pair loop
+          opaque(L.v[kJ1 + j]);
+          const Vec16* xv = xs + m * slice_vecs + kl * kXv;
+          ag = ffma(L.s[j], F::dot_bf16(L.v[j], xv), ag);
+          au = ffma(L.s[kJ1 + j], F::dot_bf16(L.v[kJ1 + j], xv), au);
+        }
+      }
+      ag = warp_row_sum(ag);
+      au = warp_row_sum(au);
       if (lane_id() < 16) {
-        red[w][0][m][r] = g;
-        red[w][1][m][r] = v;
+        red[w][0][m][r] = ag;
+        red[w][1][m][r] = au;
       }
     }
     block_sync();
-    if (t < 16 * kMC) {
-      const int m = t >> 4, rr = t & 15;
+    if (t < 2 * 16 * kMC) {
+      const int half = t / (16 * kMC), m = (t / 16) % kMC, rr = t & 15;
       if (m < mc) {
-        float g = 0.0f, v = 0.0f;
-        for (int ww = 0; ww < kWarps; ++ww) {
-          g += red[ww][0][m][rr];
-          v += red[ww][1][m][rr];
-        }
-        a.h[(size_t)R.plist[beg + m0 + m] * a.I + grp * 16 + rr] = silu(g) * v;
+        float v = 0.0f;
+        for (int ww = 0; ww < kWarps; ++ww) v += red[ww][half][m][rr];
+        const int p = R.plist[beg + m0 + m];
+        a.h[(((size_t)p * G.ksplit + ks) * 2 + half) * a.I + grp * 16 + rr] = v;
       }
     }
-    block_sync();
+    block_sync();  // red and the x slices are reused by the next pair chunk
   }
-  fence_release();
-  block_sync();
-  if (t == 0) atomic_add_release(&a.sync[kSyncDone1 + lead], 1u);
+  publish_block_writes();
+  if (t == 0) signal_add(&a.sync[kSyncDone1 + lead], 1u);
 }
 
 // ------------------------------------------------------------------ phase 2
-// Item (distinct expert u, row range rng): thread t owns output row rng*256+t over the whole
-// intermediate dimension; h of up to kMC pairs is staged in shared memory.
+// Item (distinct expert u, row range rng): `tpr` adjacent threads share an output row, each
+// holding at most 8 of its vectors in registers (all loaded before waiting on phase 1).
 template <int Fmt, int Layout>
-SMALLM_DEV void phase2_item(const MoeArgs& a, Routing& R, int u, int rng, float* hs) {
+SMALLM_DEV void phase2_loads(const MoeArgs& a, const Geometry& G, const Routing& R, int u, int rng, Loads& L) {
   using F = Format<Fmt>;
   const int t = thread_id();
-  const int lead = R.ulead[u], e = R.id[lead];
-  const int row = rng * kRows2 + t;
+  const int e = R.id[R.ulead[u]];
+  const int kp = t % G.tpr;
+  const int row = rng * G.rows2 + t / G.tpr;
   const bool live = row < a.D;
-  const int rowb = a.I / F::kRowBytesDiv, nv = rowb / 16;
-  const int nch = (nv + kChunk2 - 1) / kChunk2;
-  const uint8_t* wb = a.w2 + (size_t)e * a.D * rowb;
-  const int g1 = a.I / 16, ndr = (a.D + kRows2 - 1) / kRows2;
-  Vec16 wv[kChunk2];
-  float sc[kChunk2];
-  auto load_chunk = [&](int ch) {
+  const uint8_t* wb = a.w2 + (size_t)e * a.D * G.rowb2;
 #pragma unroll
-    for (int q = 0; q < kChunk2; ++q) {
-      const int kvi = ch * kChunk2 + q;
-      if (live && kvi < nv) {
-        wv[q] = load_weights(wb + vec_offset<Layout>(row, kvi, rowb));
-        sc[q] = F::template scale<Layout>(a.s2, e, a.D, a.I, row, kvi);
-      }
-    }
-  };
-  load_chunk(0);  // W2 does not depend on phase 1: fetch it before waiting
+  for (int j = 0; j < kV2; ++j) {
+    const int kvi = kp + G.tpr * j;
+    if (live && j < G.vpt && kvi < G.nv2) L.v[j] = load_weights(wb + vec_offset<Layout>(row, kvi, G.rowb2));
+  }
+#pragma unroll
+  for (int j = 0; j < kV2; ++j) {
+    const int kvi = kp + G.tpr * j;
+    if (live && j < G.vpt && kvi < G.nv2) L.s[j] = F::template scale<Layout>(a.s2, e, a.D, a.I, row, kvi);
+  }
+}
+
+template <int Fmt, int Layout>
+SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, Routing& R, int u, int rng, Loads& L, float* hs) {
+  using F = Format<Fmt>;
+  const int t = thread_id();
+  const int lead = R.ulead[u];
+  const int kp = t % G.tpr;
+  const int row = rng * G.rows2 + t / G.tpr;
+  const bool live = row < a.D;
   if (t == 0)
-    while (load_acquire(&a.sync[kSyncDone1 + lead]) < (unsigned)g1) pause();
+    while (load_acquire(&a.sync[kSyncDone1 + lead]) < (unsigned)G.n1per) pause();
   block_sync();
   const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
   for (int m0 = 0; m0 < M; m0 += kMC) {
     const int mc = imin(kMC, M - m0);
     for (int i = t; i < mc * a.I; i += kThreads) {
       const int m = i / a.I, k = i - m * a.I;
-      hs[m * kMaxInter + k] = load_coherent(&a.h[(size_t)R.plist[beg + m0 + m] * a.I + k]);
+      const float* pp = a.h + (size_t)R.plist[beg + m0 + m] * G.ksplit * 2 * a.I + k;
+      float gs = 0.0f, us = 0.0f;
+      for (int s = 0; s < G.ksplit; ++s) {
+        gs += load_coherent(pp + (size_t)(2 * s) * a.I);
+        us += load_coherent(pp + (size_t)(2 * s + 1) * a.I);
+      }
+      hs[m * kMaxInter + k] = silu(gs) * us;
     }
     block_sync();
-    float acc[kMC];
+    // One pair at a time (runtime loop); opaque() stops the compiler from hoisting the decoded
+    // weights (8 vectors x 16/32 floats) out of it, so registers hold only the raw vectors.
+    for (int m = 0; m < mc; ++m) {
+      float acc = 0.0f;
+      const float* hm = hs + m * kMaxInter;
 #pragma unroll
-    for (int m = 0; m < kMC; ++m) acc[m] = 0.0f;
-    for (int ch = 0; ch < nch; ++ch) {
-      if (nch > 1 && (ch > 0 || m0 > 0)) load_chunk(ch);
-#pragma unroll
-      for (int q = 0; q < kChunk2; ++q) {
-        const int kvi = ch * kChunk2 + q;
-        if (live && kvi < nv) {
-          float f[F::kElems];
-          F::decode(wv[q], f);
-#pragma unroll
-          for (int m = 0; m < kMC; ++m) {
-            if (m < mc) {
-              const float* hp = hs + m * kMaxInter + kvi * F::kElems;
-              float s = 0.0f;
-#pragma unroll
-              for (int i = 0; i < F::kElems; ++i) s = ffma(f[i], hp[i], s);
-              acc[m] = ffma(sc[q], s, acc[m]);
-            }
-          }
+      for (int j = 0; j < kV2; ++j) {
+        const int kvi = kp + G.tpr * j;
+        if (live && j < G.vpt && kvi < G.nv2) {
+          opaque(L.v[j]);
+          const float* hv = hm + kvi * F::kElems;
+          float part = 0.0f;
+          auto step = [&](auto P) {
+            constexpr int p = decltype(P)::value;
+            float lo, hi;
+            F::template pair<p>(L.v[j], lo, hi);
+            const float2 h2 = *reinterpret_cast<const float2*>(hv + 2 * p);
+            part = ffma(lo, h2.x, ffma(hi, h2.y, part));
+          };
+          StaticFor<0, F::kElems / 2>::run(step);
+          acc = ffma(L.s[j], part, acc);
         }
       }
+      for (int o = 1; o < G.tpr; o <<= 1) acc += shfl_xor(acc, o);
+      if (live && kp == 0) a.y[(size_t)R.plist[beg + m0 + m] * a.D + row] = acc;
     }
-    if (live)
-      for (int m = 0; m < mc; ++m) a.y[(size_t)R.plist[beg + m0 + m] * a.D + row] = acc[m];
     block_sync();
   }
   if (t == 0) R.nfin = 0;
-  fence_release();
-  block_sync();
-  if (t == 0 && atomic_add_release(&a.sync[kSyncUsed1 + lead], 1u) == (unsigned)(ndr - 1)) {
-    store_relaxed(&a.sync[kSyncDone1 + lead], 0u);  // last reader of this expert's h
+  publish_block_writes();
+  if (t == 0 && atomic_add_release(&a.sync[kSyncUsed1 + lead], 1u) == (unsigned)(G.ndr - 1)) {
+    store_relaxed(&a.sync[kSyncDone1 + lead], 0u);  // last reader of this expert's partials
     store_relaxed(&a.sync[kSyncUsed1 + lead], 0u);
   }
   for (int i = t; i < M; i += kThreads) {
     const int p = R.plist[beg + i], tok = p / a.K;
     int valid = 0;
     for (int s = 0; s < a.K; ++s) valid += R.id[tok * a.K + s] >= 0;
-    const unsigned old = atomic_add_release(&a.sync[kSyncTok + tok * ndr + rng], 1u);
+    const unsigned old = atomic_add_release(&a.sync[kSyncTok + tok * G.ndr + rng], 1u);
     if (old + 1 == (unsigned)valid) R.fin[smem_atomic_add(&R.nfin, 1)] = tok;
   }
   block_sync();
@@ -357,7 +417,7 @@ SMALLM_DEV void phase2_item(const MoeArgs& a, Routing& R, int u, int rng, float*
   const int nfin = R.nfin;
   for (int f = 0; f < nfin; ++f) {  // this block completed token fin[f] for this row range
     const int tok = R.fin[f];
-    if (live) {
+    if (live && kp == 0) {
       float s = 0.0f;
       for (int k = 0; k < a.K; ++k) {
         const int p = tok * a.K + k;
@@ -365,7 +425,7 @@ SMALLM_DEV void phase2_item(const MoeArgs& a, Routing& R, int u, int rng, float*
       }
       a.out[(size_t)tok * a.D + row] = f32_to_bf16(a.out_scale * s);
     }
-    if (t == 0) store_relaxed(&a.sync[kSyncTok + tok * ndr + rng], 0u);
+    if (t == 0) store_relaxed(&a.sync[kSyncTok + tok * G.ndr + rng], 0u);
   }
   block_sync();
 }
@@ -375,12 +435,12 @@ template <int Fmt, int Layout>
 __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
   __shared__ Routing R;
   __shared__ float red[kWarps][2][kMC][16];
-  __shared__ float hs[kMC * kMaxInter];
+  __shared__ __attribute__((aligned(16))) uint8_t stage[kStageBytes];
   const int t = thread_id();
   if (t == 0) R.ticket = (int)atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
   build_routing(a, R);
-  const int g1 = a.I / 16, g2 = (a.D + kRows2 - 1) / kRows2;
-  const int n1 = R.nd * g1, n = n1 + R.nd * g2;
+  const Geometry G = geometry<Fmt>(a);
+  const int n1 = R.nd * G.n1per, n = n1 + R.nd * G.ndr;
   int item = R.ticket;
   if (item == 0) {  // tokens with no valid slot get zeros
     for (int tok = 0; tok < a.T; ++tok) {
@@ -390,15 +450,38 @@ __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
         for (int d = t; d < a.D; d += kThreads) a.out[(size_t)tok * a.D + d] = 0;
     }
   }
+  // Software pipeline across items: the weights of the next item are in flight while this one
+  // computes, reduces and signals. Tickets are fetched one item further ahead.
+  auto issue = [&](int it, Loads& L) {
+    if (it >= n) return;
+    if (it < n1) {
+      const int u = it / G.n1per, rest = it - u * G.n1per;
+      phase1_loads<Fmt, Layout>(a, G, R, u, rest / G.ksplit, rest % G.ksplit, L);
+    } else {
+      const int i2 = it - n1;
+      phase2_loads<Fmt, Layout>(a, G, R, i2 / G.ndr, i2 % G.ndr, L);
+    }
+  };
+  if (t == 0) R.next = (int)atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
+  Loads cur, nxt;
+  issue(item, cur);
+  block_sync();
+  int next = R.next;
   while (item < n) {
-    if (t == 0) R.next = (int)atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
-    if (item < n1)
-      phase1_item<Fmt, Layout>(a, R, item / g1, item % g1, red);
-    else
-      phase2_item<Fmt, Layout>(a, R, (item - n1) / g2, (item - n1) % g2, hs);
+    block_sync();  // everyone has read R.next
+    if (t == 0 && next < n) R.next = (int)atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
+    issue(next, nxt);
+    if (item < n1) {
+      const int u = item / G.n1per, rest = item - u * G.n1per;
+      phase1_item<Fmt, Layout>(a, G, R, u, rest / G.ksplit, rest % G.ksplit, cur, red, stage);
+    } else {
+      const int i2 = item - n1;
+      phase2_item<Fmt, Layout>(a, G, R, i2 / G.ndr, i2 % G.ndr, cur, reinterpret_cast<float*>(stage));
+    }
     block_sync();
-    item = R.next;
-    block_sync();
+    item = next;
+    next = next < n ? R.next : n;
+    cur = nxt;
   }
   if (t == 0 && atomic_add_release(&a.sync[kSyncExit], 1u) == (unsigned)(a.nblocks - 1)) {
     store_relaxed(&a.sync[kSyncTicket], 0u);  // last block out resets the ticket

@@ -49,7 +49,7 @@ void moe_fused(const at::Tensor& x, const at::Tensor& w13, const at::Tensor& w2,
   } else {
     check(false, "unknown weight format");
   }
-  check(h.scalar_type() == at::kFloat && h.numel() >= (int64_t)smallm::kMaxPairs * I, "workspace h too small");
+  check(h.scalar_type() == at::kFloat && h.numel() >= smallm::h_words((int)D, (int)I), "workspace h too small");
   check(y.scalar_type() == at::kFloat && y.numel() >= (int64_t)smallm::kMaxPairs * D, "workspace y too small");
   check(sync.scalar_type() == at::kInt && sync.numel() >= smallm::sync_words((int)T, (int)D), "workspace sync too small");
   if (T == 0) return;

@@ -21,7 +21,7 @@ logger = logging.getLogger("sglang_smallm")
 
 FORMAT_CODES = {FP8_BLOCK128: 0, MXFP4: 1}
 SYNC_FIXED_WORDS = 2 + 2 * MAX_PAIRS  # ticket, exit, done1[MAX_PAIRS], used1[MAX_PAIRS]
-ROWS2 = 256
+MIN_ROWS2 = 32  # fewest output rows per phase-2 item (hip/smallm_args.h kMinRows2)
 
 
 @dataclass(frozen=True)
@@ -94,9 +94,9 @@ class Workspace:
 
     def __init__(self, device, hidden, inter):
         self.hidden, self.inter = hidden, inter
-        self.h = torch.empty(MAX_PAIRS * inter, dtype=torch.float32, device=device)
+        self.h = torch.empty(MAX_PAIRS * 2 * ((hidden + 1023) // 1024) * inter, dtype=torch.float32, device=device)
         self.y = torch.empty(MAX_PAIRS * hidden, dtype=torch.float32, device=device)
-        words = SYNC_FIXED_WORDS + MAX_PAIRS * ((hidden + ROWS2 - 1) // ROWS2)
+        words = SYNC_FIXED_WORDS + MAX_PAIRS * ((hidden + MIN_ROWS2 - 1) // MIN_ROWS2)
         self.sync = torch.zeros(words, dtype=torch.int32, device=device)
 
     @classmethod
