@@ -36,7 +36,11 @@ constexpr int kWarps = kThreads / kWarp;
 
 // Two resident blocks per SM / CU: registers capped at 128 (CUDA) / 256 (gfx950 wave64).
 #if defined(SMALLM_HIP)
+#if defined(__gfx950__)
 #define SMALLM_BOUNDS __attribute__((amdgpu_flat_work_group_size(1, 256), amdgpu_waves_per_eu(2)))
+#else
+#define SMALLM_BOUNDS __attribute__((amdgpu_flat_work_group_size(1, 256)))
+#endif
 #else
 #define SMALLM_BOUNDS __launch_bounds__(256, 2)
 #endif
@@ -72,13 +76,14 @@ struct Format<kMxfp4> {
   template <int Layout>
   SMALLM_DEV static float scale(const void* s, int e, int rows, int kdim, int row, int kvi) {
     const uint8_t* b = static_cast<const uint8_t*>(s);
-    const int cols = kdim / 32;
-    const size_t R = (size_t)e * rows + row;
+    const unsigned cols = kdim / 32;
+    const unsigned R = (unsigned)e * rows + row;  // scale tensors stay far below 2^32 bytes
     if (Layout == kRowMajor) return e8m0_to_f32(b[R * cols + kvi]);
-    const int cp = (cols + 7) / 8 * 8;
-    const size_t a = R / 32, bb = (R / 16) % 2, cc = R % 16;
-    const size_t d = kvi / 8, f = (kvi / 4) % 2, g = kvi % 4;
-    return e8m0_to_f32(b[((((a * (cp / 8) + d) * 4 + g) * 16 + cc) * 2 + f) * 2 + bb]);
+    const unsigned cp = (cols + 7) / 8 * 8;
+    const unsigned k = kvi;
+    const unsigned idx = (((((R >> 5) * (cp >> 3) + (k >> 3)) * 4 + (k & 3)) * 16 + (R & 15)) * 2 + ((k >> 2) & 1)) * 2 +
+                         ((R >> 4) & 1);
+    return e8m0_to_f32(b[idx]);
   }
   SMALLM_DEV static float dot_bf16(const Vec16& w, const Vec16* x) { return dot32_fp4_bf16(w, x); }
   SMALLM_DEV static void decode(const Vec16& w, float* f) { decode32_fp4(w, f); }
