@@ -1,0 +1,272 @@
+"""The references are the specification: check them against hand-worked examples and against
+independent straightforward loops, on fresh random inputs over several seeds."""
+
+import pytest
+import torch
+
+from sglang_smallm_plugin import reference as R
+from sglang_smallm_plugin.tolerances import TOLERANCES, rel_l2
+
+SEEDS = range(5)
+
+
+# ----------------------------------------------------------------- layouts
+def test_shuffle_weight_hand_example():
+    # 16 rows x 32 bytes, byte = row * 32 + col (mod 256): one tile.
+    w = (torch.arange(16 * 32) % 256).to(torch.uint8).view(16, 32)
+    s = R.shuffle_weight(w).reshape(-1)
+    # order inside the tile: [vector along K][row][16 bytes]
+    assert s[:16].tolist() == list(range(0, 16))              # row 0, cols 0..15
+    assert s[16:32].tolist() == list(range(32, 48))           # row 1, cols 0..15
+    assert s[256:272].tolist() == list(range(16, 32))         # row 0, cols 16..31
+    assert s[511] == (15 * 32 + 31) % 256                     # row 15, col 31 last
+
+
+def test_shuffle_weight_tile_order():
+    # 32 rows x 64 bytes: tiles in (row-tile, k-tile) row-major order
+    w = torch.zeros(32, 64, dtype=torch.uint8)
+    for rt in range(2):
+        for kt in range(2):
+            w[rt * 16:(rt + 1) * 16, kt * 32:(kt + 1) * 32] = rt * 2 + kt
+    s = R.shuffle_weight(w).reshape(4, 512)
+    assert [int(s[i].unique().item()) for i in range(4)] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float8_e4m3fn, torch.bfloat16])
+def test_shuffle_roundtrip(seed, dtype):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randint(0, 256, (3, 64, 128), generator=g, dtype=torch.uint8)
+    if dtype == torch.bfloat16:
+        w = torch.randn(3, 64, 128, generator=g).to(torch.bfloat16)
+    else:
+        w = w.view(dtype)
+    s = R.shuffle_weight(w)
+    assert s.shape == w.shape and s.dtype == w.dtype
+    assert not torch.equal(s.view(torch.uint8), w.view(torch.uint8))
+    assert torch.equal(R.unshuffle_weight(s).view(torch.uint8), w.view(torch.uint8))
+
+
+def test_e8m0_shuffle_hand_example():
+    sc = (torch.arange(256 * 8) % 251).to(torch.uint8).view(256, 8)
+    s = R.e8m0_shuffle(sc).reshape(-1)
+    # flat index of (row R, col c) = ((((R/32 * C/8 + c/8) * 4 + c%4) * 16 + R%16) * 2 + (c/4)%2) * 2 + (R/16)%2
+    def idx(r, c):
+        return ((((r // 32 * 1 + c // 8) * 4 + c % 4) * 16 + r % 16) * 2 + (c // 4) % 2) * 2 + (r // 16) % 2
+    for r, c in [(0, 0), (1, 0), (16, 0), (0, 1), (0, 4), (37, 5), (255, 7)]:
+        assert int(s[idx(r, c)]) == int(sc[r, c])
+
+
+@pytest.mark.parametrize("rows,cols", [(256, 8), (512, 4), (300, 12)])
+def test_e8m0_shuffle_roundtrip_and_padding(rows, cols):
+    sc = torch.randint(0, 255, (rows, cols), dtype=torch.uint8)
+    s = R.e8m0_shuffle(sc)
+    assert s.shape == ((rows + 255) // 256 * 256, (cols + 7) // 8 * 8)
+    assert torch.equal(R.e8m0_unshuffle(s, rows, cols), sc)
+
+
+# ----------------------------------------------------------------- sorting
+def _routing(T, E, K, seed):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(T)]).to(torch.int32)
+    w = torch.rand(T, K, generator=g)
+    return ids, w
+
+
+def _loop_sort(ids, w, E, block):
+    """Independent straightforward AITER-format sort."""
+    T, K = ids.shape
+    out_ids, out_w, blocks = [], [], []
+    for e in range(E):
+        pairs = [(t, k) for t in range(T) for k in range(K) if int(ids[t, k]) == e]
+        if not pairs:
+            continue
+        for t, k in pairs:
+            out_ids.append((k << 24) | t)
+            out_w.append(float(w[t, k]))
+        while len(out_ids) % block:
+            out_ids.append((K << 24) | T)
+            out_w.append(0.0)
+        blocks += [e] * ((len(out_ids) - len(blocks) * block) // block)
+    return out_ids, out_w, blocks
+
+
+@pytest.mark.parametrize("E,K,T,block", [(513, 11, 1, 32), (513, 11, 7, 32), (513, 11, 24, 64),
+                                         (129, 5, 13, 32), (129, 5, 51, 16), (8, 2, 5, 4)])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_moe_sorting_matches_loop(E, K, T, block, seed):
+    ids, w = _routing(T, E, K, seed)
+    sid, sw, eids, nv = R.moe_sorting(ids, w, E, block)
+    exp_ids, exp_w, exp_blocks = _loop_sort(ids, w, E, block)
+    n = len(exp_ids)
+    assert nv.tolist() == [n, T]
+    assert sid.numel() == T * K + E * block - K
+    assert sid[:n].tolist() == exp_ids
+    assert torch.allclose(sw[:n], torch.tensor(exp_w), atol=0, rtol=0)
+    assert eids[:n // block].tolist() == exp_blocks
+    # properties: every pair exactly once, padded runs, ascending experts
+    real = sid[:n][sid[:n] != ((K << 24) | T)]
+    assert real.numel() == T * K
+    assert len(set(real.tolist())) == T * K
+    assert eids[:n // block].tolist() == sorted(eids[:n // block].tolist())
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_moe_sorting_all_pairs_one_expert(seed):
+    T, K, E, block = 9, 1, 129, 8
+    ids = torch.full((T, K), 77, dtype=torch.int32)
+    w = torch.rand(T, K, generator=torch.Generator().manual_seed(seed))
+    sid, sw, eids, nv = R.moe_sorting(ids, w, E, block)
+    assert nv.tolist() == [16, T]
+    assert sid[:T].tolist() == list(range(T))
+    assert sid[T:16].tolist() == [(K << 24) | T] * (16 - T)
+    assert eids[:2].tolist() == [77, 77]
+    assert torch.equal(sw[T:16], torch.zeros(16 - T))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("E,K,T,block", [(513, 11, 5, 16), (129, 5, 20, 32)])
+def test_moe_align_block_size_properties(seed, E, K, T, block):
+    ids, _ = _routing(T, E, K, seed)
+    sid, eids, npad = R.moe_align_block_size(ids, E, block)
+    n = int(npad)
+    counts = torch.bincount(ids.reshape(-1).long(), minlength=E)
+    assert n == int(((counts + block - 1) // block * block).sum())
+    flat = ids.reshape(-1)
+    for b in range(n // block):
+        chunk = sid[b * block:(b + 1) * block]
+        real = chunk[chunk < ids.numel()]
+        assert bool((flat[real.long()] == eids[b]).all())
+    real = sid[:n][sid[:n] < ids.numel()]
+    assert sorted(real.tolist()) == list(range(ids.numel()))
+    assert bool((sid[n:] == ids.numel()).all())
+
+
+# ----------------------------------------------------------------- quantization
+@pytest.mark.parametrize("seed", SEEDS)
+def test_quant_roundtrips(seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(16, 256, generator=g)
+    q, s = R.mxfp8_quant(x)
+    assert q.dtype == torch.float8_e4m3fn and s.dtype == torch.uint8 and s.shape == (16, 8)
+    assert rel_l2(R.mxfp8_dequant(q, s), x) < TOLERANCES["mxfp8_roundtrip"]
+    p, s4 = R.mxfp4_quant(x)
+    assert p.shape == (16, 128) and s4.shape == (16, 8)
+    assert rel_l2(R.dequant_mxfp4(p, s4), x) < TOLERANCES["mxfp4_roundtrip"]
+    w = torch.randn(2, 256, 384, generator=g)
+    q8, s8 = R.quant_fp8_blockscale(w)
+    assert s8.shape == (2, 2, 3)
+    assert rel_l2(R.dequant_fp8_blockscale(q8, s8), w) < TOLERANCES["fp8_block_roundtrip"]
+
+
+def test_fp4_exact_values_and_packing():
+    vals = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0, 0.0] * 2)
+    p, s = R.mxfp4_quant(vals.view(1, 32))
+    assert int(s) == 127  # amax 6 -> 2^(2-2) = 1
+    assert torch.equal(R.dequant_mxfp4(p, s).view(-1), vals)
+    assert int(p[0, 0]) == (1 << 4) | 0  # element 0 low nibble, element 1 high nibble
+
+
+def test_e8m0_decode():
+    assert R.e8m0_to_float(torch.tensor([127, 128, 120], dtype=torch.uint8)).tolist() == [1.0, 2.0, 2.0 ** -7]
+    assert torch.isnan(R.e8m0_to_float(torch.tensor([255], dtype=torch.uint8)))[0]
+
+
+# ----------------------------------------------------------------- MoE
+def _loop_moe(x, w13f, w2f, tw, ti):
+    """Independent loop in fp64 over tokens and slots, dequantized weights given in fp64."""
+    T, K = ti.shape
+    out = torch.zeros(T, x.shape[1], dtype=torch.float64)
+    I = w13f.shape[1] // 2
+    for t in range(T):
+        for k in range(K):
+            e = int(ti[t, k])
+            if e < 0 or e >= w13f.shape[0]:
+                continue
+            gu = w13f[e] @ x[t].double()
+            h = torch.nn.functional.silu(gu[:I]) * gu[I:]
+            out[t] += float(tw[t, k]) * (w2f[e] @ h)
+    return out
+
+
+def _layer(fmt, seed, E=6, D=256, I=128):
+    from sglang_smallm_plugin.shapes import MoeShape
+    from sglang_smallm_plugin.testdata import make_weights
+
+    shape = MoeShape("t", D, E, 3, I, 1)
+    return shape, make_weights(shape, fmt, "row_major", seed, "cpu")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
+def test_moe_reference_vs_loop(seed, fmt):
+    from sglang_smallm_plugin.testdata import make_call, reference_of
+
+    shape, w = _layer(fmt, seed)
+    call = make_call(shape, fmt, "row_major", 4, seed, "cpu", w)
+    call.topk_ids[1, 0] = -1  # an expert-parallel "not here" slot contributes nothing
+    if fmt == "fp8_block128":
+        w13f = R.dequant_fp8_blockscale(w["w13"], w["w13_scale"]).double()
+        w2f = R.dequant_fp8_blockscale(w["w2"], w["w2_scale"]).double()
+    else:
+        w13f = R.dequant_mxfp4(w["w13"], w["w13_scale"]).double()
+        w2f = R.dequant_mxfp4(w["w2"], w["w2_scale"]).double()
+    loop = _loop_moe(call.x, w13f, w2f, call.topk_weights, call.topk_ids)
+    ref = reference_of(call, acc_dtype=torch.float64)
+    assert ref.dtype == torch.bfloat16
+    assert rel_l2(ref.float(), loop.to(torch.bfloat16).float()) < TOLERANCES["reference_vs_loop"]
+    ref32 = reference_of(call)
+    assert rel_l2(ref32.float(), loop.float()) < TOLERANCES["reference_fp32_vs_fp64"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
+def test_moe_reference_shuffled_equals_row_major(seed, fmt):
+    from sglang_smallm_plugin.shapes import MoeShape
+    from sglang_smallm_plugin.testdata import make_call, reference_of
+
+    shape = MoeShape("t", 256, 8, 3, 128, 1)
+    a = make_call(shape, fmt, "row_major", 5, seed, "cpu")
+    b = make_call(shape, fmt, "shuffle16x16", 5, seed, "cpu")
+    assert not torch.equal(a.w13.view(torch.uint8), b.w13.view(torch.uint8))
+    assert torch.equal(reference_of(a), reference_of(b))
+
+
+def test_moe_reference_token_without_valid_slot_is_zero():
+    from sglang_smallm_plugin.testdata import make_call, reference_of
+
+    shape, w = _layer("fp8_block128", 0)
+    call = make_call(shape, "fp8_block128", "row_major", 3, 0, "cpu", w)
+    call.topk_ids[2] = -1
+    out = reference_of(call)
+    assert torch.equal(out[2], torch.zeros_like(out[2]))
+    assert out[0].abs().sum() > 0
+
+
+# ----------------------------------------------------------------- bad input
+def test_bad_inputs_raise_clear_errors():
+    w = torch.zeros(2, 16, 32, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        R.shuffle_weight(torch.zeros(2, 8, 32, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="layout"):
+        R.shuffle_weight(w, layout=(32, 16))
+    with pytest.raises(ValueError, match="1- and 2-byte"):
+        R.shuffle_weight(torch.zeros(16, 32))
+    ids = torch.zeros(2, 2, dtype=torch.int64)
+    with pytest.raises(ValueError, match="dtype"):
+        R.moe_sorting(ids, torch.zeros(2, 2), 4, 4)
+    with pytest.raises(ValueError, match=r"\[0, 4\)"):
+        R.moe_sorting(torch.full((2, 2), 9, dtype=torch.int32), torch.zeros(2, 2), 4, 4)
+    with pytest.raises(ValueError, match="per-channel"):
+        R.dequant_fp8_blockscale(torch.zeros(256, 256, dtype=torch.float8_e4m3fn), torch.ones(256, 1))
+    x = torch.zeros(3, 256, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="topk"):
+        R.fused_moe_fp8_blockscale(x, torch.zeros(2, 256, 256, dtype=torch.float8_e4m3fn),
+                                   torch.zeros(2, 256, 128, dtype=torch.float8_e4m3fn), torch.ones(2, 2, 2),
+                                   torch.ones(2, 2, 1), torch.zeros(2, 2), torch.zeros(2, 2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="contiguous"):
+        from sglang_smallm_plugin.reference._checks import require_tensor
+
+        require_tensor(torch.zeros(4, 4).t(), "x", contiguous=True)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        R.mxfp8_quant(torch.zeros(2, 48))

@@ -1,0 +1,230 @@
+"""Integration with a real SGLang 0.5.23 install: discovery, CLI, spawned processes, and SGLang's
+own FusedMoE layer (FP8 block-scale and Quark MXFP4) running through the smallm runner on CPU."""
+
+import importlib.metadata
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from sglang_smallm_plugin.tolerances import TOLERANCES, rel_l2
+
+PY = sys.executable
+
+
+def _run(code: str, env=None, timeout=300):
+    e = dict(os.environ)
+    e.pop("SGLANG_USE_CPU_ENGINE", None)
+    e.update(env or {})
+    return subprocess.run([PY, "-c", code], capture_output=True, text=True, env=e, timeout=timeout)
+
+
+def test_entry_point_visible():
+    eps = [ep for ep in importlib.metadata.entry_points(group="sglang.srt.plugins") if ep.name == "smallm"]
+    assert len(eps) == 1 and eps[0].value == "sglang_smallm_plugin:register"
+
+
+LOAD_AND_REPORT = """
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang.srt.server_args import add_moe_runner_backend_choices
+from sglang.srt.layers.moe.moe_runner import runner
+print('CHOICE', 'smallm' in add_moe_runner_backend_choices.__self__)
+print('CORE', 'smallm' in runner._CUSTOM_RUNNER_CORE_FACTORIES)
+"""
+
+
+def test_sglang_load_plugins_discovers_us():
+    r = _run(LOAD_AND_REPORT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "CHOICE True" in r.stdout and "CORE True" in r.stdout
+
+
+def test_sglang_plugins_whitelist_excludes_us():
+    r = _run(LOAD_AND_REPORT, env={"SGLANG_PLUGINS": "some-other-plugin"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "CHOICE False" in r.stdout and "CORE False" in r.stdout
+
+
+def test_register_twice_is_harmless():
+    r = _run(LOAD_AND_REPORT + """
+import sglang_smallm_plugin
+sglang_smallm_plugin.register(); sglang_smallm_plugin.register()
+print('COUNT', add_moe_runner_backend_choices.__self__.count('smallm'))
+""")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "COUNT 1" in r.stdout
+
+
+def test_too_old_sglang_changes_nothing():
+    r = _run("""
+import logging, importlib.metadata as md
+logging.basicConfig(level=logging.INFO)
+real = md.version
+md.version = lambda name: '0.5.18' if name == 'sglang' else real(name)
+import sglang_smallm_plugin
+sglang_smallm_plugin.register()
+from sglang.srt.server_args import add_moe_runner_backend_choices
+print('CHOICE', 'smallm' in add_moe_runner_backend_choices.__self__)
+""")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "CHOICE False" in r.stdout
+    assert "SGLang 0.5.18 found, but sglang-smallm needs SGLang >= 0.5.19" in r.stderr
+
+
+def test_launch_server_help_lists_smallm():
+    r = subprocess.run([PY, "-m", "sglang.launch_server", "--help"], capture_output=True, text=True, timeout=600,
+                       env={k: v for k, v in os.environ.items() if k != "SGLANG_USE_CPU_ENGINE"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = " ".join(r.stdout.split())
+    assert "--moe-runner-backend" in text and "smallm" in text[text.index("--moe-runner-backend"):]
+
+
+def _spawned_child(q):
+    # What a scheduler process does: load plugins first, then parse and resolve.
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    import argparse
+
+    from sglang.srt.layers.moe.utils import resolve_moe_runner_backend
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    ns = parser.parse_args(["--model-path", "dummy", "--moe-runner-backend", "smallm"])
+    b = resolve_moe_runner_backend(ns.moe_runner_backend)
+    q.put((type(b).__name__, b.value))
+
+
+def test_cli_parsing_resolves_in_spawned_process():
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_spawned_child, args=(q,))
+    p.start()
+    p.join(300)
+    assert p.exitcode == 0
+    assert q.get(timeout=5) == ("RegisteredMoeRunnerBackend", "smallm")
+
+
+def test_unknown_backend_still_rejected_by_parser():
+    r = _run("""
+from sglang.srt.plugins import load_plugins
+load_plugins()
+import argparse
+from sglang.srt.server_args import ServerArgs
+p = argparse.ArgumentParser(); ServerArgs.add_cli_args(p)
+try:
+    p.parse_args(['--model-path', 'x', '--moe-runner-backend', 'smallmx'])
+except SystemExit as e:
+    print('REJECTED', e.code)
+""")
+    assert "REJECTED 2" in r.stdout
+
+
+# ----------------------------------------------------------------- SGLang's FusedMoE on CPU
+from sglang_smallm_plugin.shapes import MoeShape  # noqa: E402
+
+SMALL = MoeShape("small", 256, 9, 4, 128, 1)
+QWEN_CPU = MoeShape("qwen35-cpu", 4096, 17, 11, 256, 1, "Qwen3.5 TP4 layer with experts reduced for CPU")
+
+
+def _loop_reference(call):
+    """Independent of the provider code: dequantize everything, loop over tokens and slots."""
+    from sglang_smallm_plugin import reference as R
+
+    if call.weight_format == "fp8_block128":
+        w13 = R.dequant_fp8_blockscale(call.w13, call.w13_scale).double()
+        w2 = R.dequant_fp8_blockscale(call.w2, call.w2_scale).double()
+    else:
+        w13 = R.dequant_mxfp4(call.w13, call.w13_scale).double()
+        w2 = R.dequant_mxfp4(call.w2, call.w2_scale).double()
+    T, K = call.topk_ids.shape
+    I = w13.shape[1] // 2
+    out = torch.zeros(T, w2.shape[1], dtype=torch.float64)
+    for t in range(T):
+        for k in range(K):
+            e = int(call.topk_ids[t, k])
+            gu = w13[e] @ call.x[t].double()
+            out[t] += float(call.topk_weights[t, k]) * (w2[e] @ (torch.nn.functional.silu(gu[:I]) * gu[I:]))
+    return out.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
+@pytest.mark.parametrize("seed", range(3))
+def test_fused_moe_layer_runs_through_smallm(sglang_smallm, fmt, seed, caplog):
+    from sglang_smallm_plugin.testdata import make_call, make_weights
+
+    w = make_weights(SMALL, fmt, "row_major", seed, "cpu")
+    layer = sglang_smallm.build_layer(SMALL, fmt, w, layer_id=seed)
+    method = layer.scheme if fmt == "mxfp4" else layer.quant_method
+    core = method.runner.runner_core
+    assert type(core).__name__ == "SmallmRunnerCore" and method.runner.runner_backend.value == "smallm"
+    for T in (0, 1, 3, 8):
+        call = make_call(SMALL, fmt, "row_major", T, seed + 10 * T, "cpu", w)
+        with caplog.at_level("INFO", logger="sglang_smallm"):
+            out = sglang_smallm.forward(layer, call.x, call.topk_weights, call.topk_ids)
+        assert out.shape == (T, SMALL.hidden) and out.dtype == torch.bfloat16
+        if T:
+            assert rel_l2(out.float(), _loop_reference(call).float()) < TOLERANCES["sglang_layer_vs_loop"]
+    assert "kernel:reference" in caplog.text
+
+
+def test_qwen35_shaped_fp8_layer(sglang_smallm):
+    from sglang_smallm_plugin.testdata import make_call, make_weights
+
+    w = make_weights(QWEN_CPU, "fp8_block128", "row_major", 0, "cpu")
+    layer = sglang_smallm.build_layer(QWEN_CPU, "fp8_block128", w, layer_id=40)
+    call = make_call(QWEN_CPU, "fp8_block128", "row_major", 2, 3, "cpu", w)
+    out = sglang_smallm.forward(layer, call.x, call.topk_weights, call.topk_ids)
+    assert rel_l2(out.float(), _loop_reference(call).float()) < TOLERANCES["sglang_layer_vs_loop"]
+
+
+def test_kernels_off_takes_fallback_and_says_why(sglang_smallm, monkeypatch, caplog):
+    """SGLANG_ROCM_SMALLM_MOE=0: every call goes to the fallback (Triton here), which cannot run on
+    CPU: the error must say so instead of producing anything."""
+    from sglang_smallm_plugin.testdata import make_call, make_weights
+
+    w = make_weights(SMALL, "fp8_block128", "row_major", 0, "cpu")
+    layer = sglang_smallm.build_layer(SMALL, "fp8_block128", w, layer_id=90)
+    call = make_call(SMALL, "fp8_block128", "row_major", 2, 0, "cpu", w)
+    monkeypatch.setenv("SGLANG_ROCM_SMALLM_MOE", "0")
+    decision = layer.quant_method.runner.runner_core.selector.decide(call)
+    assert decision.path == "fallback:triton" and "SGLANG_ROCM_SMALLM_MOE=0" in decision.reason
+    with pytest.raises(RuntimeError, match="fallback runner 'triton' cannot run on CPU"):
+        sglang_smallm.forward(layer, call.x, call.topk_weights, call.topk_ids)
+
+
+def test_fallback_runner_is_sglangs_triton_runner(sglang_smallm):
+    from sglang_smallm_plugin.testdata import make_weights
+
+    w = make_weights(SMALL, "fp8_block128", "row_major", 1, "cpu")
+    layer = sglang_smallm.build_layer(SMALL, "fp8_block128", w, layer_id=91)
+    core = layer.quant_method.runner.runner_core
+    assert core.fallback_backend.value == "triton"
+    assert core.fallback_runner.runner_backend.value == "triton" and core.fallback_runner.fused_func is not None
+    # weights keep the layout the Triton fallback needs: untouched row-major
+    assert torch.equal(layer.w13_weight.data.view(torch.uint8), w["w13"].view(torch.uint8))
+
+
+def test_no_provider_can_serve_fails_at_startup(sglang_smallm, monkeypatch):
+    from sglang_smallm_plugin import runner as runner_mod
+    from sglang_smallm_plugin.testdata import make_weights
+
+    monkeypatch.setattr(runner_mod.MoeSelector, "availability",
+                        lambda self, device: [("smallm-compiled", False, "no GPU"), ("reference", False, "GPU tensors")])
+    w = make_weights(SMALL, "fp8_block128", "row_major", 0, "cpu")
+    with pytest.raises(RuntimeError, match="no small-M kernel can run here.*Fix:.*SGLANG_ROCM_SMALLM_MOE=0"):
+        sglang_smallm.build_layer(SMALL, "fp8_block128", w, layer_id=92)
+    monkeypatch.setenv("SGLANG_ROCM_SMALLM_MOE", "0")  # the documented escape hatch builds fine
+    sglang_smallm.build_layer(SMALL, "fp8_block128", w, layer_id=93)
+
+
+def test_hooks_really_applied(sglang_smallm):
+    from sglang_smallm_plugin.sglang_integration.entry import hooks_status
+
+    status = hooks_status()
+    assert status and all(applied is True for _, applied in status), status
