@@ -89,5 +89,17 @@ def kernel_extensions():
     return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
 
 
+def _ship_sources() -> None:
+    """Copy hip/ into the package so `sglang-smallm isa` works from an installed wheel too."""
+    import shutil
+
+    dst = HERE / "sglang_smallm_plugin" / "hip_src"
+    dst.mkdir(exist_ok=True)
+    for f in (HERE / "hip").iterdir():
+        if f.suffix in (".h", ".hip", ".cpp"):
+            shutil.copy2(f, dst / f.name)
+
+
+_ship_sources()
 ext_modules, cmdclass = kernel_extensions()
 setup(ext_modules=ext_modules, cmdclass=cmdclass)

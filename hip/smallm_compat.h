@@ -303,9 +303,10 @@ SMALLM_DEV float e4m3_to_f32_portable(uint32_t b) {
 }
 
 // Portable e2m1 decode of one nibble.
+// Arithmetic, not a table: a local array indexed at run time lands in (slow) local memory.
 SMALLM_DEV float e2m1_to_f32_portable(uint32_t n) {
-  const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  float v = mag[n & 7u];
+  const uint32_t e = (n >> 1) & 3u, m = n & 1u;
+  const float v = e ? __builtin_bit_cast(float, ((e + 126u) << 23) | (m << 22)) : 0.5f * (float)m;
   return (n & 8u) ? -v : v;
 }
 

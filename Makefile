@@ -1,0 +1,27 @@
+# Newcomer entry points (see README.md). Everything installs into ./.venv.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test isa clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+setup: $(BIN)/python
+	$(BIN)/pip install -q sglang==0.5.23 "pluggy>=1.3" pytest ziglang matplotlib
+	# builds the kernels when torch has CUDA/ROCm and a toolkit is present; else pure Python (it says why)
+	$(BIN)/pip install -q --no-build-isolation --no-deps -e .
+
+demo: setup
+	$(BIN)/sglang-smallm demo
+
+test: setup
+	$(BIN)/python -m pytest -q tests
+
+isa: setup
+	$(BIN)/sglang-smallm isa --arch gfx950 --out isa_out
+
+clean:
+	rm -rf $(VENV) build *.egg-info sglang_smallm_plugin/_C*.so sglang_smallm_plugin/hip_src

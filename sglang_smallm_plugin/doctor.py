@@ -1,0 +1,67 @@
+"""`sglang-smallm doctor`: what is installed, what SGLang exposes, what would run and why."""
+
+import importlib.metadata
+import os
+
+import torch
+
+from . import envs, gate, hookspecs, kernels
+
+
+def _line(label, value):
+    print(f"  {label:28} {value}")
+
+
+def main(a) -> int:
+    from .sglang_integration import compat
+
+    print("sglang-smallm doctor")
+    print("SGLang")
+    ok, msg = compat.probe()
+    _line("version / APIs", msg)
+    eps = [ep for ep in importlib.metadata.entry_points(group="sglang.srt.plugins") if ep.name == "smallm"]
+    _line("entry point", f"{eps[0].name} -> {eps[0].value} (visible to importlib.metadata)" if eps
+          else "MISSING: reinstall the package")
+    allowed = os.environ.get("SGLANG_PLUGINS")
+    if allowed and "smallm" not in allowed.split(","):
+        _line("SGLANG_PLUGINS", f"{allowed!r} excludes smallm: the plugin will not load")
+    if ok:
+        from .sglang_integration.entry import hooks_status, register
+
+        register()
+        from sglang.srt.server_args import add_moe_runner_backend_choices
+
+        _line("--moe-runner-backend smallm", "registered" if "smallm" in add_moe_runner_backend_choices.__self__
+              else "NOT registered")
+        for target, applied in hooks_status():
+            _line("hook", f"{'ok ' if applied is True else 'NOT APPLIED '}{target}" +
+                  ("" if applied is True or applied is False else f" ({applied})"))
+    print("Device")
+    info = kernels.device_info()
+    _line("device", f"{info.name} ({info.kind}, arch {info.arch})")
+    _line("torch", f"{torch.__version__} (cuda {torch.version.cuda}, hip {torch.version.hip})")
+    mod, why = kernels.load_compiled()
+    _line("compiled kernels", why)
+    print("Kernel providers (pluggy, project 'sglang_smallm')")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for p in hookspecs.moe_providers():
+        can, reason = p.available(device)
+        _line(f"moe  {p.name} (prio {p.priority})", f"{'can serve' if can else 'cannot serve'}: {reason}")
+    for p in hookspecs.sort_providers():
+        can, reason = p.available(device)
+        _line(f"sort {p.name} (prio {p.priority})", f"{'can serve' if can else 'cannot serve'}: {reason}")
+    print("Environment switches")
+    for sw in envs.ALL:
+        _line(sw.name, f"{sw.get()!r}  ({sw.meaning})")
+    arch = a.arch or (info.arch if info.kind != "cpu" else "gfx950")
+    tokens = [int(t) for t in a.tokens.split(",") if t.strip()]
+    print(f"Gate decisions for D={a.hidden} I={a.inter} E={a.experts} K={a.top_k} {a.format} on {arch}"
+          + ("" if a.arch or info.kind != "cpu" else " (no GPU here: showing MI355X)"))
+    for t, eligible, reason in gate.decision_table(arch, a.format, a.hidden, a.inter, a.experts, a.top_k, tokens):
+        _line(f"tokens={t}", f"{'kernel  ' if eligible else 'fallback'}  {reason}")
+    print("Rules (in order; the first failing one is the recorded reason)")
+    print("  " + ", ".join(r.name for r in gate.RULES))
+    if a.format == "mxfp4" and info.kind == "cuda":
+        print("Note: SGLang's Quark MXFP4 MoE scheme runs only through AITER (ROCm); on CUDA there is no fallback,"
+              " so `--moe-runner-backend smallm` refuses such checkpoints at startup.")
+    return 0 if ok and eps else 1

@@ -1,0 +1,62 @@
+"""The command-line tool runs on CPU and prints what it claims."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def _cli(*args, env=None, timeout=900):
+    e = {k: v for k, v in os.environ.items() if k != "SGLANG_USE_CPU_ENGINE"}
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "sglang_smallm_plugin.cli", *args], capture_output=True, text=True,
+                          env=e, timeout=timeout)
+
+
+def test_doctor():
+    r = _cli("doctor")
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    out = r.stdout
+    assert "SGLang 0.5.23 (plugin APIs present" in out
+    assert "smallm -> sglang_smallm_plugin:register" in out
+    assert "--moe-runner-backend smallm  registered" in out
+    assert "NOT APPLIED" not in out and out.count("hook ") >= 7
+    assert "moe  smallm-compiled (prio 100) cannot serve: no GPU" in out
+    assert "moe  reference (prio 0)      can serve: CPU tensors" in out
+    assert "SGLANG_ROCM_SMALLM_MOE" in out
+    assert "tokens=20                    kernel" in out and "tokens=21                    fallback  tokens: 21 tokens > cap 20" in out
+
+
+def test_doctor_decision_table_for_other_shapes():
+    r = _cli("doctor", "--inter", "128", "--arch", "gfx950", "--tokens", "48,49")
+    assert "tokens=48                    kernel" in r.stdout and "tokens=49                    fallback" in r.stdout
+
+
+def test_doctor_flags_whitelist_exclusion():
+    r = _cli("doctor", env={"SGLANG_PLUGINS": "other"})
+    assert "excludes smallm" in r.stdout
+
+
+def test_demo_on_cpu():
+    r = _cli("demo", "--tokens", "1,8,48", "--experts", "17")
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    lines = [l for l in r.stdout.splitlines() if l.strip()[:2].strip().isdigit()]
+    assert [int(l.split()[0]) for l in lines] == [1, 8, 48]
+    assert all("kernel:reference" in l and "CPU tensors" in l for l in lines)
+    assert "runner=smallm, fallback=triton" in r.stdout
+    assert "worst relative error" in r.stdout and ": OK" in r.stdout
+
+
+@pytest.mark.parametrize("cmd", [("bench",), ("selftest",)])
+def test_gpu_commands_explain_themselves_on_cpu(cmd):
+    r = _cli(*cmd)
+    assert r.returncode != 0
+    assert "needs a GPU" in (r.stdout + r.stderr)
+
+
+def test_isa_command(tmp_path):
+    r = _cli("isa", "--arch", "gfx950", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "moe fp8_block128 row_major" in r.stdout and "v_cvt_scalef32_pk_bf16_fp8" in r.stdout
+    assert (tmp_path / "smallm_moe.gfx950.s").exists()

@@ -1,0 +1,142 @@
+"""Every fallback case is routed to the fallback with its reason, through SGLang's real runner
+objects (FusedMoE + Fp8MoEMethod + the smallm core + SGLang's Triton quant info). The compiled
+provider is shown an MI355X / H200 so that the gate itself, not the missing GPU, decides."""
+
+import pytest
+import torch
+
+from sglang_smallm_plugin import gate, kernels
+from sglang_smallm_plugin.providers import compiled
+from sglang_smallm_plugin.shapes import MoeShape
+
+SHAPE = MoeShape("gate-test", 256, 9, 4, 128, 1)
+
+
+@pytest.fixture(params=["gfx950", "sm_90"])
+def fake_gpu(request, monkeypatch):
+    arch = request.param
+    kind = "rocm" if arch.startswith("gfx") else "cuda"
+    monkeypatch.setattr(kernels, "device_info", lambda device=None: kernels.DeviceInfo(kind, "fake", arch))
+    monkeypatch.setattr(kernels, "load_compiled", lambda: (object(), "fake"))
+    monkeypatch.setattr(kernels, "compiled_arch", lambda: "sm_90a" if arch == "sm_90" else arch)
+    return arch
+
+
+@pytest.fixture(scope="module")
+def real_objects(sglang_smallm):
+    """(layer, core, dispatch_output, quant_info) from SGLang's own objects."""
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
+
+    from sglang_smallm_plugin.testdata import make_call, make_weights
+
+    w = make_weights(SHAPE, "fp8_block128", "row_major", 0, "cpu")
+    layer = sglang_smallm.build_layer(SHAPE, "fp8_block128", w, layer_id=200)
+    core = layer.quant_method.runner.runner_core
+    call = make_call(SHAPE, "fp8_block128", "row_major", 3, 0, "cpu", w)
+    topk = StandardTopKOutput(call.topk_weights, call.topk_ids, torch.empty(0))
+    dispatch = layer.dispatcher.dispatch(hidden_states=call.x, topk_output=topk)
+    quant_info = layer.quant_method.get_triton_quant_info(layer)
+    return layer, core, dispatch, quant_info
+
+
+def _decide(core, dispatch, quant_info, config, only_compiled=True):
+    """The core's own description of the call; its selector class, holding only the compiled
+    provider (on this CPU machine the reference provider would otherwise serve every call)."""
+    from sglang_smallm_plugin.runner import MoeSelector
+
+    call = core.describe(dispatch, quant_info, config)
+    sel = MoeSelector(core.fallback_backend.value, providers=[compiled.CompiledMoeProvider()]) if only_compiled \
+        else core.selector
+    sel._cache.clear()
+    return sel.decide(call), call
+
+
+def test_eligible_call_goes_to_compiled_kernel(fake_gpu, real_objects):
+    layer, core, dispatch, qi = real_objects
+    d, _ = _decide(core, dispatch, qi, core.config)
+    assert d.path == "kernel:smallm-compiled", d.reason
+    assert "cap" in d.reason
+
+
+def _replace_dispatch(dispatch, **kw):
+    return dispatch._replace(**kw)
+
+
+def _with(obj, **kw):
+    import copy
+
+    o = copy.copy(obj)
+    for k, v in kw.items():
+        setattr(o, k, v)
+    return o
+
+
+CASES = {
+    "tokens": lambda d, q, c: (_replace_dispatch(d, hidden_states=torch.zeros(200, 256, dtype=torch.bfloat16),
+                                                 topk_output=d.topk_output._replace(
+                                                     topk_weights=torch.ones(200, 4), topk_ids=torch.zeros(200, 4, dtype=torch.int32))), q, c),
+    "scales": lambda d, q, c: (d, _with(q, w13_scale=torch.ones(9, 256, 1), w2_scale=torch.ones(9, 256, 1)), c),
+    "scales_noncontig": lambda d, q, c: (d, _with(q, w13_scale=q.w13_scale.transpose(1, 2).contiguous().transpose(1, 2)
+                                                 if q.w13_scale.shape[1] != q.w13_scale.shape[2] else
+                                                 q.w13_scale.repeat(1, 1, 2)[:, :, ::2]), c),
+    "layout": None,  # set below (needs a call attribute)
+    "expert_mask": lambda d, q, c: (d, _with(q, expert_mask=torch.ones(9, dtype=torch.int32)), c),
+    "bias": lambda d, q, c: (d, _with(q, b13=torch.zeros(9, 256)), c),
+    "activation": lambda d, q, c: (d, q, _with(c, activation="gelu")),
+    "x": lambda d, q, c: (_replace_dispatch(d, hidden_states=d.hidden_states.float()), q, c),
+    "topk": lambda d, q, c: (_replace_dispatch(d, topk_output=d.topk_output._replace(topk_ids=d.topk_output.topk_ids.long())), q, c),
+    "router_weight_on_input": lambda d, q, c: (d, q, _with(c, apply_router_weight_on_input=True)),
+    "swiglu_params": lambda d, q, c: (d, q, _with(c, swiglu_limit=7.0)),
+    "weight_format": lambda d, q, c: (d, _with(q, use_fp8_w8a8=False), c),
+    "block_shape": lambda d, q, c: (d, _with(q, block_shape=[64, 64]), c),
+}
+
+
+@pytest.mark.parametrize("case", [k for k in CASES if CASES[k] is not None])
+def test_fallback_cases_have_reasons(fake_gpu, real_objects, case):
+    layer, core, dispatch, qi = real_objects
+    d2, q2, c2 = CASES[case](dispatch, qi, core.config)
+    decision, call = _decide(core, d2, q2, c2)
+    assert decision.path == "fallback:triton", (case, decision)
+    assert case.split("_noncontig")[0] in decision.reason or (case == "scales_noncontig" and "scales" in decision.reason), decision.reason
+
+
+def test_unsupported_layout_falls_back(fake_gpu, real_objects):
+    layer, core, dispatch, qi = real_objects
+    call = core.describe(dispatch, qi, core.config)
+    call.layout = "shuffle32x16"
+    ok, why = compiled.CompiledMoeProvider().supports(call)
+    assert not ok and why.startswith("layout:")
+
+
+def test_cap_and_cap_plus_one(fake_gpu, real_objects):
+    from sglang_smallm_plugin.testdata import make_routing
+
+    layer, core, dispatch, qi = real_objects
+    cap, _ = gate.token_cap(fake_gpu, "fp8_block128", SHAPE.inter, SHAPE.slots)
+    for T, expect in ((cap, "kernel:smallm-compiled"), (cap + 1, "fallback:triton")):
+        tw, ti = make_routing(SHAPE, T, 0, "cpu")
+        d2 = dispatch._replace(hidden_states=torch.zeros(T, 256, dtype=torch.bfloat16),
+                               topk_output=dispatch.topk_output._replace(topk_weights=tw, topk_ids=ti))
+        decision, _ = _decide(core, d2, qi, core.config)
+        assert decision.path == expect, (T, decision)
+    assert "tokens:" in decision.reason and f"> cap {cap}" in decision.reason
+
+
+def test_mi355x_default_caps():
+    assert gate.token_cap("gfx950", "fp8_block128", 256, 11)[0] == 20
+    assert gate.token_cap("gfx950", "fp8_block128", 128, 11)[0] == 48
+    assert gate.token_cap("gfx950", "mxfp4", 256, 11)[0] == 40
+    assert gate.token_cap("gfx942", "fp8_block128", 256, 11)[0] == 0
+
+
+def test_decision_table_for_doctor():
+    rows = gate.decision_table("gfx950", "fp8_block128", 4096, 256, 513, 11, [1, 20, 21])
+    assert [ok for _, ok, _ in rows] == [True, True, False]
+    assert "cap 20" in rows[2][2]
+
+
+def test_no_gpu_never_uses_compiled_kernel(real_objects):
+    layer, core, dispatch, qi = real_objects
+    d, _ = _decide(core, dispatch, qi, core.config, only_compiled=False)
+    assert d.path == "kernel:reference" and d.reason == "CPU tensors"

@@ -1,0 +1,75 @@
+"""CPU checks of the one kernel source: gfx950 ISA with clang 22 (ziglang), gfx942 gating, nvcc sm_90a."""
+
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from sglang_smallm_plugin import isa
+
+HIP = pathlib.Path(__file__).resolve().parent.parent / "hip"
+
+
+@pytest.fixture(scope="module")
+def gfx950(tmp_path_factory):
+    out = tmp_path_factory.mktemp("isa")
+    path = isa.compile_asm("gfx950", out)  # -Wall -Wextra -Werror
+    return isa.summarize(path.read_text())
+
+
+def test_gfx950_compiles_every_kernel_without_scratch(gfx950):
+    names = sorted(r["kernel"] for r in gfx950)
+    assert names == sorted(f"moe {f} {l}" for f in ("fp8_block128", "mxfp4") for l in ("row_major", "shuffle16x16"))
+    for r in gfx950:
+        assert r["scratch"] == 0 and r["vgpr_spill"] == 0, r
+        assert r["counts"]["scratch_store"] == 0 and r["counts"]["scratch_load"] == 0, r
+
+
+def test_gfx950_uses_its_scale_convert_and_dot_instructions(gfx950):
+    for r in gfx950:
+        c = r["counts"]
+        if "fp8" in r["kernel"]:
+            assert c["v_cvt_scalef32_pk_bf16_fp8"] > 0 and c["v_cvt_scalef32_pk_f32_fp8"] > 0, r
+        else:
+            assert c["v_cvt_scalef32_pk_bf16_fp4"] > 0 and c["v_cvt_scalef32_pk_f32_fp4"] > 0, r
+        assert c["v_dot2c_f32_bf16"] + c["v_dot2_f32_bf16"] > 0, r
+        assert c["global_load_dwordx4"] > 0, r
+
+
+def test_gfx942_build_has_gfx950_path_gated_off(tmp_path):
+    rows = isa.summarize(isa.compile_asm("gfx942", tmp_path).read_text())
+    assert len(rows) == 4
+    for r in rows:
+        assert all(r["counts"][k] == 0 for k in r["counts"] if k.startswith("v_cvt_scalef32")), r
+
+
+def test_gfx950_builtins_rejected_for_gfx942(tmp_path):
+    src = tmp_path / "probe.hip"
+    src.write_text('#define __global__ __attribute__((global))\nextern "C" __global__ void k(unsigned* p) {\n'
+                   '  typedef float f2 __attribute__((ext_vector_type(2)));\n'
+                   '  f2 v = __builtin_amdgcn_cvt_scalef32_pk_f32_fp8(p[0], 1.0f, false); p[1] = (unsigned)v.x; }\n')
+    import sys
+
+    base = [sys.executable, "-m", "ziglang", "clang", "-x", "hip", "--offload-device-only", "-nogpuinc", "-nogpulib",
+            "-O3", "-S", str(src), "-o", str(tmp_path / "probe.s")]
+    assert subprocess.run(base + ["--offload-arch=gfx950"], capture_output=True).returncode == 0
+    r = subprocess.run(base + ["--offload-arch=gfx942"], capture_output=True, text=True)
+    assert r.returncode != 0 and "needs target feature" in r.stderr
+
+
+def _nvcc():
+    for c in (os.environ.get("NVCC"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if c and os.path.exists(c):
+            return c
+    return None
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
+def test_cuda_sm90a_compiles(tmp_path):
+    cu = tmp_path / "smallm_moe.cu"
+    cu.write_text(f'#include "{HIP / "smallm_moe.hip"}"\n')
+    r = subprocess.run([_nvcc(), "-arch=sm_90a", "-O3", "-std=c++17", "-Werror", "all-warnings", "-c", str(cu),
+                        "-o", str(tmp_path / "k.o")], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]

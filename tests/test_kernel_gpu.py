@@ -1,0 +1,27 @@
+"""Kernel numerics on a GPU (H200 here, MI355X for users): skipped, with the reason, without one.
+The full matrix (5 seeds x shapes x layouts x formats) is `sglang-smallm selftest`; this runs a
+subset so that `pytest` on a GPU machine exercises the kernels too."""
+
+import pytest
+import torch
+
+from sglang_smallm_plugin import kernels
+
+_mod, _why = kernels.load_compiled()
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU: kernel numerics run on the H200 / MI355X"),
+    pytest.mark.skipif(torch.cuda.is_available() and _mod is None, reason=f"GPU present but {_why}"),
+]
+
+
+@pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
+@pytest.mark.parametrize("layout", ["row_major", "shuffle16x16"])
+@pytest.mark.parametrize("shape", ["qwen35-tp8", "minimax-m3"])
+@pytest.mark.parametrize("seed", range(3))
+def test_kernel_matches_reference(fmt, layout, shape, seed):
+    from sglang_smallm_plugin import selftest
+    from sglang_smallm_plugin.shapes import SHAPES
+
+    for t in (1, 3, 8):
+        r = selftest.check_case(SHAPES[shape], fmt, layout, t, seed, "cuda")
+        assert r.ok, r
