@@ -42,8 +42,10 @@ constexpr int kWarps = kThreads / kWarp;
 #define SMALLM_BOUNDS __attribute__((amdgpu_flat_work_group_size(1, 256)))
 #endif
 #else
-#define SMALLM_BOUNDS __launch_bounds__(256, 2)
+#define SMALLM_BOUNDS __launch_bounds__(256, (Variant == 0 ? 2 : Variant == 1 ? 3 : 4))
 #endif
+// Variant (experiment; see examples/results): 0 = cross-item load pipelining, 2 blocks/SM;
+// 1 = no pipelining, 3 blocks/SM; 2 = no pipelining, 4 blocks/SM (occupancy hides latency).
 
 // ------------------------------------------------------------------ format policies
 template <int Fmt>
@@ -436,7 +438,7 @@ SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, Routing& R, int
 }
 
 // ------------------------------------------------------------------ the kernel
-template <int Fmt, int Layout>
+template <int Fmt, int Layout, int Variant>
 __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
   __shared__ Routing R;
   __shared__ float red[kWarps][2][kMC][16];
@@ -455,8 +457,6 @@ __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
         for (int d = t; d < a.D; d += kThreads) a.out[(size_t)tok * a.D + d] = 0;
     }
   }
-  // Software pipeline across items: the weights of the next item are in flight while this one
-  // computes, reduces and signals. Tickets are fetched one item further ahead.
   auto issue = [&](int it, Loads& L) {
     if (it >= n) return;
     if (it < n1) {
@@ -467,26 +467,49 @@ __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
       phase2_loads<Fmt, Layout>(a, G, R, i2 / G.ndr, i2 % G.ndr, L);
     }
   };
-  if (t == 0) R.next = (int)atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
-  Loads cur, nxt;
-  issue(item, cur);
-  block_sync();
-  int next = R.next;
-  while (item < n) {
-    block_sync();  // everyone has read R.next
-    if (t == 0 && next < n) R.next = (int)atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
-    issue(next, nxt);
-    if (item < n1) {
-      const int u = item / G.n1per, rest = item - u * G.n1per;
-      phase1_item<Fmt, Layout>(a, G, R, u, rest / G.ksplit, rest % G.ksplit, cur, red, stage);
+  auto process = [&](int it, Loads& L) {
+    if (it < n1) {
+      const int u = it / G.n1per, rest = it - u * G.n1per;
+      phase1_item<Fmt, Layout>(a, G, R, u, rest / G.ksplit, rest % G.ksplit, L, red, stage);
     } else {
-      const int i2 = item - n1;
-      phase2_item<Fmt, Layout>(a, G, R, i2 / G.ndr, i2 % G.ndr, cur, reinterpret_cast<float*>(stage));
+      const int i2 = it - n1;
+      phase2_item<Fmt, Layout>(a, G, R, i2 / G.ndr, i2 % G.ndr, L, reinterpret_cast<float*>(stage));
     }
+  };
+  // The ticket atomic's result is consumed only at the end of the item (written to shared memory
+  // just before the closing barrier), so its round trip overlaps the item instead of stalling it.
+  if (Variant == 0) {
+    // Software pipeline across items: the next item's weights are in flight while this one
+    // computes, reduces and signals. Tickets are fetched one item further ahead.
+    if (t == 0) R.next = (int)atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
+    Loads cur, nxt;
+    issue(item, cur);
     block_sync();
-    item = next;
-    next = next < n ? R.next : n;
-    cur = nxt;
+    int next = R.next;
+    while (item < n) {
+      block_sync();  // everyone has read R.next
+      unsigned tk = 0;
+      if (t == 0 && next < n) tk = atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
+      issue(next, nxt);
+      process(item, cur);
+      if (t == 0 && next < n) R.next = (int)tk;
+      block_sync();
+      item = next;
+      next = next < n ? R.next : n;
+      cur = nxt;
+    }
+  } else {
+    Loads cur;
+    while (item < n) {
+      unsigned tk = 0;
+      if (t == 0) tk = atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
+      issue(item, cur);
+      process(item, cur);
+      if (t == 0) R.next = (int)tk;
+      block_sync();
+      item = R.next;
+      block_sync();
+    }
   }
   if (t == 0 && atomic_add_release(&a.sync[kSyncExit], 1u) == (unsigned)(a.nblocks - 1)) {
     store_relaxed(&a.sync[kSyncTicket], 0u);  // last block out resets the ticket

@@ -4,13 +4,25 @@
 #include "smallm_moe.h"
 
 namespace smallm {
-template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor>(MoeArgs);
-template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16>(MoeArgs);
-template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor>(MoeArgs);
-template __global__ void smallm_moe_kernel<kMxfp4, kShuffle16x16>(MoeArgs);
+template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 0>(MoeArgs);
+template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 0>(MoeArgs);
+template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 0>(MoeArgs);
+template __global__ void smallm_moe_kernel<kMxfp4, kShuffle16x16, 0>(MoeArgs);
+#if !defined(SMALLM_HIP)
+template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 1>(MoeArgs);
+template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 1>(MoeArgs);
+template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 1>(MoeArgs);
+template __global__ void smallm_moe_kernel<kMxfp4, kShuffle16x16, 1>(MoeArgs);
+template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 2>(MoeArgs);
+template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 2>(MoeArgs);
+template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 2>(MoeArgs);
+template __global__ void smallm_moe_kernel<kMxfp4, kShuffle16x16, 2>(MoeArgs);
+#endif
 }  // namespace smallm
 
 #if !defined(SMALLM_DEVICE_ONLY)
+
+#include <stdlib.h>
 
 #if defined(SMALLM_HIP)
 #define GPU(name) hip##name
@@ -25,8 +37,13 @@ typedef cudaStream_t gpuStream_t;
 namespace {
 
 constexpr int kMaxDevices = 64;
+#if defined(SMALLM_HIP)
+constexpr int kVariants = 1;  // gfx950: the pipelined variant only
+#else
+constexpr int kVariants = 3;
+#endif
 
-template <int Fmt, int Layout>
+template <int Fmt, int Layout, int Variant>
 int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
   // Resident-block capacity per device, computed once. Tickets make the launch correct at any
   // residency; capacity only sizes the grid so that no block waits for a free slot.
@@ -35,7 +52,7 @@ int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
   if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 1;
   if (capacity[dev] == 0) {
     int per_sm = 0, sms = 0;
-    if (GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&per_sm, smallm::smallm_moe_kernel<Fmt, Layout>,
+    if (GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&per_sm, smallm::smallm_moe_kernel<Fmt, Layout, Variant>,
                                                        smallm::kThreads, 0) != 0)
       return 2;
     if (GPU(DeviceGetAttribute)(&sms, GPU_DEV_ATTR_SMS, dev) != 0) return 3;
@@ -47,19 +64,35 @@ int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
   const long items_max = distinct_max * ((long)(a.I / 16) * ((a.D + 1023) / 1024) + (a.D + smallm::kMinRows2 - 1) / smallm::kMinRows2);
   a.nblocks = (int)(items_max < capacity[dev] ? items_max : capacity[dev]);
   if (a.nblocks < 1) a.nblocks = 1;
-  smallm::smallm_moe_kernel<Fmt, Layout><<<a.nblocks, smallm::kThreads, 0, stream>>>(a);
+  smallm::smallm_moe_kernel<Fmt, Layout, Variant><<<a.nblocks, smallm::kThreads, 0, stream>>>(a);
   return (int)GPU(GetLastError)();
 }
 
 }  // namespace
 
+template <int Variant>
+int launch_variant(const smallm::MoeArgs& args, int fmt, int layout, gpuStream_t s) {
+  using namespace smallm;
+  if (fmt == kFp8Block128 && layout == kRowMajor) return launch<kFp8Block128, kRowMajor, Variant>(args, s);
+  if (fmt == kFp8Block128 && layout == kShuffle16x16) return launch<kFp8Block128, kShuffle16x16, Variant>(args, s);
+  if (fmt == kMxfp4 && layout == kRowMajor) return launch<kMxfp4, kRowMajor, Variant>(args, s);
+  if (fmt == kMxfp4 && layout == kShuffle16x16) return launch<kMxfp4, kShuffle16x16, Variant>(args, s);
+  return -1;
+}
+
 int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* stream) {
   gpuStream_t s = reinterpret_cast<gpuStream_t>(stream);
-  if (fmt == smallm::kFp8Block128 && layout == smallm::kRowMajor) return launch<smallm::kFp8Block128, smallm::kRowMajor>(args, s);
-  if (fmt == smallm::kFp8Block128 && layout == smallm::kShuffle16x16) return launch<smallm::kFp8Block128, smallm::kShuffle16x16>(args, s);
-  if (fmt == smallm::kMxfp4 && layout == smallm::kRowMajor) return launch<smallm::kMxfp4, smallm::kRowMajor>(args, s);
-  if (fmt == smallm::kMxfp4 && layout == smallm::kShuffle16x16) return launch<smallm::kMxfp4, smallm::kShuffle16x16>(args, s);
-  return -1;
+  // SMALLM_KERNEL_VARIANT selects an experimental variant (read once per process).
+  static const int variant = [] {
+    const char* v = getenv("SMALLM_KERNEL_VARIANT");
+    const int x = v ? atoi(v) : 0;
+    return x >= 0 && x < kVariants ? x : 0;
+  }();
+#if !defined(SMALLM_HIP)
+  if (variant == 1) return launch_variant<1>(args, fmt, layout, s);
+  if (variant == 2) return launch_variant<2>(args, fmt, layout, s);
+#endif
+  return launch_variant<0>(args, fmt, layout, s);
 }
 
 #ifndef SMALLM_BUILD_ARCH
