@@ -51,9 +51,17 @@ def _decide(core, dispatch, quant_info, config, only_compiled=True):
     return sel.decide(call), call
 
 
+def _with_tokens(dispatch, T):
+    from sglang_smallm_plugin.testdata import make_routing
+
+    tw, ti = make_routing(SHAPE, T, 0, "cpu")
+    return dispatch._replace(hidden_states=torch.zeros(T, 256, dtype=torch.bfloat16),
+                             topk_output=dispatch.topk_output._replace(topk_weights=tw, topk_ids=ti))
+
+
 def test_eligible_call_goes_to_compiled_kernel(fake_gpu, real_objects):
     layer, core, dispatch, qi = real_objects
-    d, _ = _decide(core, dispatch, qi, core.config)
+    d, _ = _decide(core, _with_tokens(dispatch, 1), qi, core.config)
     assert d.path == "kernel:smallm-compiled", d.reason
     assert "cap" in d.reason
 
@@ -110,15 +118,11 @@ def test_unsupported_layout_falls_back(fake_gpu, real_objects):
 
 
 def test_cap_and_cap_plus_one(fake_gpu, real_objects):
-    from sglang_smallm_plugin.testdata import make_routing
-
     layer, core, dispatch, qi = real_objects
     cap, _ = gate.token_cap(fake_gpu, "fp8_block128", SHAPE.inter, SHAPE.slots)
+    assert cap >= 1
     for T, expect in ((cap, "kernel:smallm-compiled"), (cap + 1, "fallback:triton")):
-        tw, ti = make_routing(SHAPE, T, 0, "cpu")
-        d2 = dispatch._replace(hidden_states=torch.zeros(T, 256, dtype=torch.bfloat16),
-                               topk_output=dispatch.topk_output._replace(topk_weights=tw, topk_ids=ti))
-        decision, _ = _decide(core, d2, qi, core.config)
+        decision, _ = _decide(core, _with_tokens(dispatch, T), qi, core.config)
         assert decision.path == expect, (T, decision)
     assert "tokens:" in decision.reason and f"> cap {cap}" in decision.reason
 
