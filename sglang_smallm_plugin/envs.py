@@ -27,4 +27,7 @@ BUILD = Switch("SGLANG_SMALLM_BUILD", "auto",
 ARCH = Switch("SGLANG_SMALLM_ARCH", "", "override the build target (e.g. gfx950, gfx942, sm_90a)")
 LOG_ALL_RANKS = Switch("SGLANG_SMALLM_LOG_ALL_RANKS", "0", "1 logs path decisions on every rank, not only rank 0")
 
-ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS)
+KERNEL_VARIANT = Switch("SMALLM_KERNEL_VARIANT", "0",
+                        "experiment (read by the kernel launcher): 0 pipelined (default), 1 and 2 occupancy variants, CUDA only")
+
+ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT)
