@@ -74,14 +74,6 @@ SMALLM_DEV int thread_id() {
 #endif
 }
 
-SMALLM_DEV int block_id() {
-#if defined(SMALLM_HIP)
-  return (int)__builtin_amdgcn_workgroup_id_x();
-#else
-  return (int)blockIdx.x;
-#endif
-}
-
 SMALLM_DEV void block_sync() {
 #if defined(SMALLM_HIP)
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");

@@ -7,8 +7,10 @@ buffers (capacity = topk_ids.numel() + E * block_size - topk); entries past the 
 not part of the contract (a kernel leaves them unwritten; here they hold `tail`).
 
 moe_align_block_size (SGLang Triton): flat pair index token * topk + slot, padding value
-topk_ids.numel(); one expert id per block; the total padded count. Pairs inside an expert's run
-are ascending here; the contract is the set per block.
+topk_ids.numel(); one expert id per block; the total padded count. Buffer sizes as SGLang 0.5.23
+allocates them: numel * block when numel < E + 1, else numel + (E + 1) * (block - 1), rounded up
+to a multiple of 4; one expert id per possible block. Pairs inside an expert's run are ascending
+here; the contract is the set per block.
 """
 
 import torch
@@ -69,12 +71,16 @@ def moe_sorting(topk_ids, topk_weights, num_experts: int, block_size: int, tail:
 
 
 def moe_align_block_size(topk_ids, num_experts: int, block_size: int):
-    """-> (sorted_token_ids int32 [numel + E*(block-1)], expert_ids int32 [max blocks],
+    """-> (sorted_token_ids int32 [max padded], expert_ids int32 [max blocks],
     num_tokens_post_padded int32 [1]). Unused tail entries hold the padding value / -1."""
     ids = _check(topk_ids, num_experts, block_size)
     numel = ids.numel()
     dev = ids.device
-    max_padded = numel + num_experts * (block_size - 1)
+    if numel < num_experts + 1:
+        max_padded = numel * block_size
+    else:
+        max_padded = numel + (num_experts + 1) * (block_size - 1)
+    max_padded = (max_padded + 3) // 4 * 4
     order, counts, padded = _runs(ids, num_experts, block_size)
     sorted_ids = torch.full((max_padded,), numel, dtype=torch.int32, device=dev)
     expert_ids = torch.full(((max_padded + block_size - 1) // block_size,), -1, dtype=torch.int32, device=dev)
