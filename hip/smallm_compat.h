@@ -167,14 +167,6 @@ SMALLM_DEV int smem_atomic_add(int* p, int v) {
 #endif
 }
 
-SMALLM_DEV void fence_release() {
-#if defined(SMALLM_HIP)
-  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");
-#else
-  __threadfence();
-#endif
-}
-
 // All threads' global writes so far -> visible device-wide to whoever observes the next signal.
 // CUDA: bar.sync orders them before thread 0's gpu-scope release (PTX fences are cumulative).
 // HIP: every wave releases at agent scope first (conservative across XCDs), then the barrier.
@@ -425,56 +417,6 @@ SMALLM_DEV void decode_pair_fp4(const Vec16& w, float& lo, float& hi) {
   const uint32_t byte = (w.w[P / 4] >> (8 * (P % 4))) & 0xffu;
   lo = e2m1_to_f32_portable(byte & 15u);
   hi = e2m1_to_f32_portable(byte >> 4);
-#endif
-}
-
-// Decode one 16-byte e4m3 vector into 16 floats (for fp32 activations).
-SMALLM_DEV void decode16_fp8(const Vec16& w, float* out) {
-#if defined(__gfx950__)
-  typedef float f2 __attribute__((ext_vector_type(2)));
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f2 a = __builtin_amdgcn_cvt_scalef32_pk_f32_fp8(w.w[i], 1.0f, false);
-    f2 b = __builtin_amdgcn_cvt_scalef32_pk_f32_fp8(w.w[i], 1.0f, true);
-    out[4 * i + 0] = a.x; out[4 * i + 1] = a.y; out[4 * i + 2] = b.x; out[4 * i + 3] = b.y;
-  }
-#elif defined(SMALLM_SM89_FP8)
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    __half2_raw h01 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w.w[i] & 0xffffu), __NV_E4M3);
-    __half2_raw h23 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w.w[i] >> 16), __NV_E4M3);
-    float2 f01 = __half22float2(*reinterpret_cast<__half2*>(&h01));
-    float2 f23 = __half22float2(*reinterpret_cast<__half2*>(&h23));
-    out[4 * i + 0] = f01.x; out[4 * i + 1] = f01.y; out[4 * i + 2] = f23.x; out[4 * i + 3] = f23.y;
-  }
-#else
-#pragma unroll
-  for (int i = 0; i < 16; ++i) out[i] = e4m3_to_f32_portable((w.w[i / 4] >> (8 * (i % 4))) & 0xffu);
-#endif
-}
-
-// Decode one 16-byte e2m1 vector into 32 floats.
-SMALLM_DEV void decode32_fp4(const Vec16& w, float* out) {
-#if defined(__gfx950__)
-  typedef float f2 __attribute__((ext_vector_type(2)));
-#define SMALLM_FP4_DEC(b)                                                  \
-  {                                                                        \
-    f2 v = __builtin_amdgcn_cvt_scalef32_pk_f32_fp4(w.w[i], 1.0f, b);      \
-    out[8 * i + 2 * b] = v.x;                                              \
-    out[8 * i + 2 * b + 1] = v.y;                                          \
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    SMALLM_FP4_DEC(0) SMALLM_FP4_DEC(1) SMALLM_FP4_DEC(2) SMALLM_FP4_DEC(3)
-  }
-#undef SMALLM_FP4_DEC
-#else
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const uint32_t byte = (w.w[i / 4] >> (8 * (i % 4))) & 0xffu;
-    out[2 * i] = e2m1_to_f32_portable(byte & 15u);
-    out[2 * i + 1] = e2m1_to_f32_portable(byte >> 4);
-  }
 #endif
 }
 

@@ -64,7 +64,6 @@ struct Format<kFp8Block128> {
     return f[((size_t)e * nrb + row / 128) * nkb + (kvi * kElems) / 128];
   }
   SMALLM_DEV static float dot_bf16(const Vec16& w, const Vec16* x) { return dot16_fp8_bf16(w, x[0], x[1]); }
-  SMALLM_DEV static void decode(const Vec16& w, float* f) { decode16_fp8(w, f); }
   template <int P>
   SMALLM_DEV static void pair(const Vec16& w, float& lo, float& hi) { decode_pair_fp8<P>(w, lo, hi); }
 };
@@ -88,7 +87,6 @@ struct Format<kMxfp4> {
     return e8m0_to_f32(b[idx]);
   }
   SMALLM_DEV static float dot_bf16(const Vec16& w, const Vec16* x) { return dot32_fp4_bf16(w, x); }
-  SMALLM_DEV static void decode(const Vec16& w, float* f) { decode32_fp4(w, f); }
   template <int P>
   SMALLM_DEV static void pair(const Vec16& w, float& lo, float& hi) { decode_pair_fp4<P>(w, lo, hi); }
 };

@@ -160,7 +160,6 @@ def describe_call(dispatch_output, quant_info, config, weight_format) -> MoeCall
     x = dispatch_output.hidden_states
     w13, w2 = quant_info.w13_weight, quant_info.w2_weight
     fmt = weight_format
-    extra = {}
     if not TopKOutputChecker.format_is_standard(topk):
         fmt = f"unsupported:top-k output format {type(topk).__name__}"
         tw = ti = torch.empty(0, 0)
@@ -186,7 +185,7 @@ def describe_call(dispatch_output, quant_info, config, weight_format) -> MoeCall
         routed_scaling_factor=config.routed_scaling_factor,
         swiglu_params=_first(config.gemm1_alpha, config.gemm1_clamp_limit, config.swiglu_limit) is not None,
         block_shape=tuple(block_shape) if block_shape is not None else None,
-        layer_id=config.layer_id, extra=extra)
+        layer_id=config.layer_id)
 
 
 def build_smallm_runner(method, layer, config, *, weight_format, fallback_runner, fallback_backend,
