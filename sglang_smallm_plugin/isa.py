@@ -17,7 +17,7 @@ SOURCES = ("smallm_moe.hip",)
 KEY_INSTRUCTIONS = (
     "v_cvt_scalef32_pk_bf16_fp8", "v_cvt_scalef32_pk_f32_fp8", "v_cvt_scalef32_pk_bf16_fp4",
     "v_cvt_scalef32_pk_f32_fp4", "v_dot2c_f32_bf16", "v_dot2_f32_bf16", "global_load_dwordx4",
-    "ds_bpermute_b32", "scratch_store", "scratch_load", "buffer_store",
+    "ds_bpermute_b32", "buffer_wbl2", "buffer_inv", "scratch_store", "scratch_load", "buffer_store",
 )
 FORMATS = {"0": "fp8_block128", "1": "mxfp4"}
 LAYOUTS = {"0": "row_major", "1": "shuffle16x16"}

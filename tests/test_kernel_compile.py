@@ -38,6 +38,13 @@ def test_gfx950_uses_its_scale_convert_and_dot_instructions(gfx950):
         assert c["global_load_dwordx4"] > 0, r
 
 
+def test_gfx950_cross_block_handoff_is_device_coherent(gfx950):
+    """Phase 1 -> phase 2 and the slot sums hand data between workgroups that may sit on different
+    XCDs: the agent-scope release / acquire must lower to L2 write-back / invalidate."""
+    for r in gfx950:
+        assert r["counts"]["buffer_wbl2"] > 0 and r["counts"]["buffer_inv"] > 0, r
+
+
 def test_gfx942_build_has_gfx950_path_gated_off(tmp_path):
     rows = isa.summarize(isa.compile_asm("gfx942", tmp_path).read_text())
     assert len(rows) == 4
