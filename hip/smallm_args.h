@@ -41,7 +41,8 @@ constexpr int kSyncTok = kSyncUsed1 + kMaxPairs;  // then [T, row ranges <= ceil
 
 inline int sync_words(int max_tokens, int D) { return kSyncTok + max_tokens * ((D + kMinRows2 - 1) / kMinRows2); }
 // Phase-1 partial sums: [pairs, K slices (<= ceil(D / 1024)), gate|up, I] fp32.
-inline long h_words(int D, int I) { return (long)kMaxPairs * 2 * ((D + 1023) / 1024) * I; }
+inline int max_ksplit(int D) { return (D + 1023) / 1024; }  // fp8: 64 vectors x 16 values per slice
+inline long h_words(int D, int I) { return (long)kMaxPairs * 2 * max_ksplit(D) * I; }
 
 }  // namespace smallm
 

@@ -232,9 +232,6 @@ SMALLM_DEV Geometry geometry(const MoeArgs& a) {
 }
 
 // ------------------------------------------------------------------ phase 1
-// Item (distinct expert u, 16-row group grp, K slice ks): thread t owns row t%16 of the group and
-// vectors kvi = ks*64 + t/16 + 16j (j < 4) of it, for gate and up: 8 loads issued at once and kept
-// in registers while all the expert's pairs are accumulated (x slices staged in shared memory).
 // Weight vectors (and their scales) of one item, loaded into registers before the item runs:
 // phase 1 uses v[0..3] = gate, v[4..7] = up; phase 2 uses v[0..7] of one W2 row.
 struct Loads {
@@ -268,6 +265,9 @@ SMALLM_DEV void phase1_loads(const MoeArgs& a, const Geometry& G, const Routing&
   }
 }
 
+// Item (distinct expert u, 16-row group grp, K slice ks): thread t owns row t%16 of the group and
+// vectors kvi = ks*64 + t/16 + 16j (j < 4) of it, for gate and up: 8 loads issued at once and kept
+// in registers while all the expert's pairs are accumulated (x slices staged in shared memory).
 template <int Fmt, int Layout>
 SMALLM_DEV void phase1_item(const MoeArgs& a, const Geometry& G, const Routing& R, int u, int grp, int ks,
                             Loads& L, float (*red)[2][kMC][16], uint8_t* stage) {

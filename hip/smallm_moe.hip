@@ -61,7 +61,7 @@ int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
   smallm::MoeArgs a = a0;
   const long pairs = (long)a.T * a.K;
   const long distinct_max = pairs < a.E ? pairs : a.E;
-  const long items_max = distinct_max * ((long)(a.I / 16) * ((a.D + 1023) / 1024) + (a.D + smallm::kMinRows2 - 1) / smallm::kMinRows2);
+  const long items_max = distinct_max * ((long)(a.I / 16) * smallm::max_ksplit(a.D) + (a.D + smallm::kMinRows2 - 1) / smallm::kMinRows2);
   a.nblocks = (int)(items_max < capacity[dev] ? items_max : capacity[dev]);
   if (a.nblocks < 1) a.nblocks = 1;
   smallm::smallm_moe_kernel<Fmt, Layout, Variant><<<a.nblocks, smallm::kThreads, 0, stream>>>(a);

@@ -10,7 +10,6 @@ import time
 
 import torch
 
-from .runner import _logged
 from .shapes import MoeShape
 from .testdata import make_call, make_weights, reference_of
 from .tolerances import TOLERANCES, rel_l2
@@ -31,7 +30,7 @@ def main(a) -> int:
     t0 = time.time()
     w = make_weights(shape, a.format, "row_major", 0, device)
     layer = layer_harness.build_layer(shape, a.format, w, device=device)
-    method = layer.scheme if a.format == "mxfp4" else layer.quant_method
+    method = layer_harness.moe_method(layer)
     core = method.runner.runner_core
     print(f"layer built in {time.time() - t0:.1f}s; runner={method.runner.runner_backend.value}, "
           f"fallback={core.fallback_backend.value if core.fallback_backend else 'none'}")
@@ -54,7 +53,6 @@ def main(a) -> int:
         err = rel_l2(out.float(), reference_of(call, acc_dtype=torch.float64).float())  # fp64 reference
         worst = max(worst, err)
         print(f"{T:6d} {d.path:28} {us:8.0f}us {err:9.2e}  {d.reason}")
-    _logged.clear()
     print(f"worst relative error {worst:.2e} (tolerance {tol:.0e}): {'OK' if worst <= tol else 'FAIL'}")
     return 0 if worst <= tol else 1
 
@@ -64,11 +62,8 @@ def _dispatch(layer, call):
 
     topk = StandardTopKOutput(call.topk_weights, call.topk_ids, torch.empty(0, device=call.x.device))
     dispatch = layer.dispatcher.dispatch(hidden_states=call.x, topk_output=topk)
-    method = layer.scheme if call.weight_format == "mxfp4" else layer.quant_method
     if call.weight_format == "mxfp4":
         from .sglang_integration.quark import SmallmMxfp4QuantInfo
 
-        qi = SmallmMxfp4QuantInfo(layer.w13_weight, layer.w2_weight, layer.w13_weight_scale, layer.w2_weight_scale)
-    else:
-        qi = method.get_triton_quant_info(layer)
-    return dispatch, qi
+        return dispatch, SmallmMxfp4QuantInfo.from_layer(layer)
+    return dispatch, layer.quant_method.get_triton_quant_info(layer)

@@ -4,6 +4,7 @@ independent straightforward loops, on fresh random inputs over several seeds."""
 import pytest
 import torch
 
+from moe_loop import loop_moe
 from sglang_smallm_plugin import reference as R
 from sglang_smallm_plugin.tolerances import TOLERANCES, rel_l2
 
@@ -173,22 +174,6 @@ def test_e8m0_decode():
 
 
 # ----------------------------------------------------------------- MoE
-def _loop_moe(x, w13f, w2f, tw, ti):
-    """Independent loop in fp64 over tokens and slots, dequantized weights given in fp64."""
-    T, K = ti.shape
-    out = torch.zeros(T, x.shape[1], dtype=torch.float64)
-    I = w13f.shape[1] // 2
-    for t in range(T):
-        for k in range(K):
-            e = int(ti[t, k])
-            if e < 0 or e >= w13f.shape[0]:
-                continue
-            gu = w13f[e] @ x[t].double()
-            h = torch.nn.functional.silu(gu[:I]) * gu[I:]
-            out[t] += float(tw[t, k]) * (w2f[e] @ h)
-    return out
-
-
 def _layer(fmt, seed, E=6, D=256, I=128):
     from sglang_smallm_plugin.shapes import MoeShape
     from sglang_smallm_plugin.testdata import make_weights
@@ -205,13 +190,7 @@ def test_moe_reference_vs_loop(seed, fmt):
     shape, w = _layer(fmt, seed)
     call = make_call(shape, fmt, "row_major", 4, seed, "cpu", w)
     call.topk_ids[1, 0] = -1  # an expert-parallel "not here" slot contributes nothing
-    if fmt == "fp8_block128":
-        w13f = R.dequant_fp8_blockscale(w["w13"], w["w13_scale"]).double()
-        w2f = R.dequant_fp8_blockscale(w["w2"], w["w2_scale"]).double()
-    else:
-        w13f = R.dequant_mxfp4(w["w13"], w["w13_scale"]).double()
-        w2f = R.dequant_mxfp4(w["w2"], w["w2_scale"]).double()
-    loop = _loop_moe(call.x, w13f, w2f, call.topk_weights, call.topk_ids)
+    loop = loop_moe(call)
     ref = reference_of(call, acc_dtype=torch.float64)
     assert ref.dtype == torch.bfloat16
     assert rel_l2(ref.float(), loop.to(torch.bfloat16).float()) < TOLERANCES["reference_vs_loop"]

@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from moe_loop import loop_moe
 from sglang_smallm_plugin.tolerances import TOLERANCES, rel_l2
 
 PY = sys.executable
@@ -133,24 +134,8 @@ QWEN_CPU = MoeShape("qwen35-cpu", 4096, 17, 11, 256, 1, "Qwen3.5 TP4 layer with 
 
 
 def _loop_reference(call):
-    """Independent of the provider code: dequantize everything, loop over tokens and slots."""
-    from sglang_smallm_plugin import reference as R
-
-    if call.weight_format == "fp8_block128":
-        w13 = R.dequant_fp8_blockscale(call.w13, call.w13_scale).double()
-        w2 = R.dequant_fp8_blockscale(call.w2, call.w2_scale).double()
-    else:
-        w13 = R.dequant_mxfp4(call.w13, call.w13_scale).double()
-        w2 = R.dequant_mxfp4(call.w2, call.w2_scale).double()
-    T, K = call.topk_ids.shape
-    I = w13.shape[1] // 2
-    out = torch.zeros(T, w2.shape[1], dtype=torch.float64)
-    for t in range(T):
-        for k in range(K):
-            e = int(call.topk_ids[t, k])
-            gu = w13[e] @ call.x[t].double()
-            out[t] += float(call.topk_weights[t, k]) * (w2[e] @ (torch.nn.functional.silu(gu[:I]) * gu[I:]))
-    return out.to(torch.bfloat16)
+    """Independent of the provider code (tests/moe_loop.py), rounded to bf16 like the layer."""
+    return loop_moe(call).to(torch.bfloat16)
 
 
 @pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
@@ -160,7 +145,7 @@ def test_fused_moe_layer_runs_through_smallm(sglang_smallm, fmt, seed, caplog):
 
     w = make_weights(SMALL, fmt, "row_major", seed, "cpu")
     layer = sglang_smallm.build_layer(SMALL, fmt, w, layer_id=seed)
-    method = layer.scheme if fmt == "mxfp4" else layer.quant_method
+    method = sglang_smallm.moe_method(layer)
     core = method.runner.runner_core
     assert type(core).__name__ == "SmallmRunnerCore" and method.runner.runner_backend.value == "smallm"
     for T in (0, 1, 3, 8):

@@ -84,6 +84,11 @@ def load_weights(layer, weight_format, w, E, I) -> None:
             p.weight_loader(p, tensor.contiguous(), f"experts.{e}.{wname}", shard, e)
 
 
+def moe_method(layer):
+    """The object that owns the runner: the Quark scheme for Quark layers, else the quant method."""
+    return layer.scheme if getattr(layer, "scheme", None) is not None else layer.quant_method
+
+
 def forward(layer, x, topk_weights, topk_ids):
     from sglang.srt.layers.moe.topk import StandardTopKOutput
 

@@ -36,6 +36,11 @@ class SmallmMxfp4QuantInfo:
     w2_scale: torch.Tensor
     expert_mask: Optional[torch.Tensor] = None
 
+    @classmethod
+    def from_layer(cls, layer) -> "SmallmMxfp4QuantInfo":
+        return cls(w13_weight=layer.w13_weight, w2_weight=layer.w2_weight,
+                   w13_scale=layer.w13_weight_scale, w2_scale=layer.w2_weight_scale)
+
 
 def around_create_moe_runner(original, self, layer, moe_runner_config, *args, **kwargs):
     if not selected_backend_is_smallm():
@@ -80,9 +85,7 @@ def around_apply_weights(original, self, layer, dispatch_output, *args, **kwargs
     if core.fallback_runner is not None:
         with presenting(self, RunnerFacade(self.runner, core.fallback_backend), core.fallback_backend):
             return original(self, layer, dispatch_output, *args, **kwargs)
-    quant_info = SmallmMxfp4QuantInfo(w13_weight=layer.w13_weight, w2_weight=layer.w2_weight,
-                                      w13_scale=layer.w13_weight_scale, w2_scale=layer.w2_weight_scale)
-    return self.runner.run(dispatch_output, quant_info)
+    return self.runner.run(dispatch_output, SmallmMxfp4QuantInfo.from_layer(layer))
 
 
 HOOKS = (
