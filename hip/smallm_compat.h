@@ -74,6 +74,14 @@ SMALLM_DEV int thread_id() {
 #endif
 }
 
+SMALLM_DEV int block_id() {
+#if defined(SMALLM_HIP)
+  return (int)__builtin_amdgcn_workgroup_id_x();
+#else
+  return (int)blockIdx.x;
+#endif
+}
+
 SMALLM_DEV void block_sync() {
 #if defined(SMALLM_HIP)
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
@@ -270,6 +278,32 @@ SMALLM_DEV float e8m0_to_f32(uint32_t b) {
   if (b == 0) return __builtin_bit_cast(float, 0x00400000u);  // 2^-127
   if (b == 255) return __builtin_bit_cast(float, 0x7fc00000u);
   return __builtin_bit_cast(float, b << 23);
+}
+
+// Round to nearest integer, ties to even.
+SMALLM_DEV float frint_even(float v) {
+#if defined(SMALLM_HIP)
+  return __builtin_rintf(v);
+#else
+  return rintf(v);
+#endif
+}
+
+// OCP e4m3fn encode of a finite float, round to nearest even, saturating at +-448 (0x7f is NaN).
+// Portable on purpose: the same bit-exact code path runs on every target.
+SMALLM_DEV uint32_t f32_to_e4m3_rne(float v) {
+  const uint32_t u = __builtin_bit_cast(uint32_t, v);
+  const uint32_t sign = (u >> 24) & 0x80u;
+  const uint32_t ua = u & 0x7fffffffu;
+  const float a = __builtin_bit_cast(float, ua);
+  if (a < 0.015625f) {  // below 2^-6: subnormal steps of 2^-9 (8 rounds up to the smallest normal)
+    return sign | (uint32_t)frint_even(a * 512.0f);
+  }
+  const uint32_t r = ua + 0x7ffffu + ((ua >> 20) & 1u);  // round the mantissa to 3 bits
+  const int e = (int)(r >> 23) - 127;
+  const uint32_t m = (r >> 20) & 7u;
+  if (e > 8 || (e == 8 && m == 7u)) return sign | 0x7eu;  // 448
+  return sign | ((uint32_t)(e + 7) << 3) | m;
 }
 
 // Portable OCP e4m3fn decode of one byte.

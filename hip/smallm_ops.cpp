@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include "smallm_args.h"
+#include "smallm_sort_args.h"
 
 namespace {
 
@@ -72,6 +73,79 @@ void moe_fused(const at::Tensor& x, const at::Tensor& w13, const at::Tensor& w2,
   TORCH_CHECK(rc == 0, "sglang_smallm::moe_fused: kernel launch failed with code ", rc);
 }
 
+void scheck(bool ok, const char* what) { TORCH_CHECK(ok, "sglang_smallm::moe_sort: ", what); }
+
+bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+void moe_sort(const at::Tensor& topk_ids, const std::optional<at::Tensor>& topk_w, at::Tensor& sorted_ids,
+              const std::optional<at::Tensor>& sorted_w, at::Tensor& expert_ids, at::Tensor& num_valid,
+              const std::optional<at::Tensor>& x, const std::optional<at::Tensor>& xq,
+              const std::optional<at::Tensor>& xs, const std::optional<at::Tensor>& zero_buf, int64_t E, int64_t block,
+              int64_t fmt, int64_t path) {
+  scheck(topk_ids.is_cuda() && sorted_ids.is_cuda() && expert_ids.is_cuda() && num_valid.is_cuda(),
+         "tensors must be on the GPU");
+  scheck(topk_ids.dim() == 2 && topk_ids.scalar_type() == at::kInt && topk_ids.is_contiguous(),
+         "topk_ids must be contiguous int32 [T, K]");
+  scheck(fmt == smallm::kSortAiter || fmt == smallm::kSortTriton, "unknown output format");
+  scheck(path == smallm::kSortCompact || path == smallm::kSortDistributed, "unknown sort path");
+  scheck(E > 0 && block > 0, "E and block must be positive");
+  const int64_t T = topk_ids.size(0), K = topk_ids.size(1), P = T * K;
+  scheck(K > 0 && K < 256 && T < (1 << 24), "slots must be 1..255, tokens < 2^24");
+  const int64_t NB = smallm::sort_buckets((int)fmt, (int)E);
+  const int64_t rows = P + std::min(P, NB) * (block - 1);  // most rows any routing can need
+  for (const at::Tensor* t : {&sorted_ids, &expert_ids, &num_valid})
+    scheck(t->scalar_type() == at::kInt && t->is_contiguous(), "index outputs must be contiguous int32");
+  scheck(sorted_ids.numel() >= rows, "sorted_ids is smaller than the worst-case padded length");
+  scheck(expert_ids.numel() >= (rows + block - 1) / block, "expert_ids is smaller than the worst-case block count");
+  scheck(num_valid.numel() >= (fmt == smallm::kSortAiter ? 2 : 1), "num_valid too small");
+  smallm::SortArgs a{};
+  a.topk_ids = topk_ids.data_ptr<int32_t>();
+  a.sorted_ids = sorted_ids.data_ptr<int32_t>();
+  a.expert_ids = expert_ids.data_ptr<int32_t>();
+  a.num_valid = num_valid.data_ptr<int32_t>();
+  if (fmt == smallm::kSortAiter) {
+    scheck(topk_w.has_value() && sorted_w.has_value(), "AITER format needs topk_weights and sorted_weights");
+    scheck(topk_w->is_cuda() && topk_w->sizes() == topk_ids.sizes() && topk_w->scalar_type() == at::kFloat &&
+               topk_w->is_contiguous(),
+           "topk_weights must be contiguous fp32 like topk_ids");
+    scheck(sorted_w->is_cuda() && sorted_w->scalar_type() == at::kFloat && sorted_w->is_contiguous() &&
+               sorted_w->numel() >= rows,
+           "sorted_weights must be contiguous fp32, as long as sorted_ids");
+    a.topk_w = topk_w->data_ptr<float>();
+    a.sorted_w = sorted_w->data_ptr<float>();
+  }
+  if (x.has_value()) {
+    scheck(fmt == smallm::kSortAiter, "fused MXFP8 quantisation is for the AITER format");
+    scheck(block % 32 == 0, "fused MXFP8 needs block_size % 32 == 0 (32-row scale tiles)");
+    scheck(xq.has_value() && xs.has_value(), "fused MXFP8 needs xq and xs");
+    scheck(x->is_cuda() && x->dim() == 2 && x->size(0) == T && x->scalar_type() == at::kBFloat16 &&
+               x->is_contiguous() && aligned16(*x) && x->size(1) % 32 == 0,
+           "x must be contiguous 16-byte-aligned bf16 [T, D], D % 32 == 0");
+    const int64_t D = x->size(1), sc = (D / 32 + 7) / 8 * 8;
+    scheck(xq->is_cuda() && xq->element_size() == 1 && xq->numel() == T * D && xq->is_contiguous() && aligned16(*xq),
+           "xq must be contiguous 16-byte-aligned 1-byte [T, D]");
+    scheck(xs->is_cuda() && xs->element_size() == 1 && xs->is_contiguous() &&
+               xs->numel() >= (rows + 31) / 32 * 32 * sc,
+           "xs must be contiguous bytes [ceil(rows / 32) * 32, ceil(D / 256) * 8]");
+    a.x = reinterpret_cast<const uint16_t*>(x->data_ptr());
+    a.xq = reinterpret_cast<uint8_t*>(xq->data_ptr());
+    a.xs = reinterpret_cast<uint8_t*>(xs->data_ptr());
+    a.D = (int)D;
+    a.scale_cols = (int)sc;
+  }
+  if (zero_buf.has_value() && zero_buf->numel() > 0) {
+    scheck(zero_buf->is_cuda() && zero_buf->is_contiguous() && aligned16(*zero_buf) && zero_buf->nbytes() % 16 == 0,
+           "zero_buf must be contiguous, 16-byte aligned, a multiple of 16 bytes");
+    a.zero = zero_buf->data_ptr();
+    a.zero_vecs = (long)(zero_buf->nbytes() / 16);
+  }
+  a.T = (int)T; a.K = (int)K; a.E = (int)E; a.block = (int)block;
+  const c10::cuda::CUDAGuard guard(topk_ids.device());
+  const int rc = smallm_sort_launch(a, (int)fmt, (int)path, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(rc == 0, "sglang_smallm::moe_sort: launch failed with code ", rc,
+              " (-2: too many pairs for compact, -3: too many pairs or experts for distributed)");
+}
+
 std::string build_arch() { return smallm_build_arch(); }
 
 }  // namespace
@@ -80,10 +154,17 @@ TORCH_LIBRARY(sglang_smallm, m) {
   m.def(
       "moe_fused(Tensor x, Tensor w13, Tensor w2, Tensor s13, Tensor s2, Tensor topk_weights, Tensor topk_ids, "
       "Tensor(a!) out, Tensor(b!) h, Tensor(c!) y, Tensor(d!) sync, int fmt, int layout, float out_scale) -> ()");
+  m.def(
+      "moe_sort(Tensor topk_ids, Tensor? topk_weights, Tensor(a!) sorted_ids, Tensor(b!)? sorted_weights, "
+      "Tensor(c!) expert_ids, Tensor(d!) num_valid, Tensor? x, Tensor(e!)? xq, Tensor(f!)? xs, Tensor(g!)? zero_buf, "
+      "int E, int block, int fmt, int path) -> ()");
   m.def("build_arch() -> str", &build_arch);
 }
 
-TORCH_LIBRARY_IMPL(sglang_smallm, CUDA, m) { m.impl("moe_fused", &moe_fused); }
+TORCH_LIBRARY_IMPL(sglang_smallm, CUDA, m) {
+  m.impl("moe_fused", &moe_fused);
+  m.impl("moe_sort", &moe_sort);
+}
 
 // Importing the extension module registers the ops above.
 static struct PyModuleDef smallm_module = {PyModuleDef_HEAD_INIT, "_C", "sglang-smallm compiled kernels", -1, nullptr};

@@ -67,14 +67,47 @@ class MoeCall:
         return (self.layer_id, self.weight_format, self.layout, self.num_experts, self.hidden, self.inter, self.top_k)
 
 
+AITER_SORT = "aiter"    # moe_sorting: packed (slot << 24) | token ids, weights, [rows, tokens]
+TRITON_SORT = "triton"  # moe_align_block_size: flat pair ids, SGLang's "+1" bucket convention
+
+
 @dataclass
 class SortCall:
     topk_ids: torch.Tensor
     topk_weights: Optional[torch.Tensor]
     num_experts: int
     block_size: int
-    output_format: str               # "aiter" | "triton"
+    output_format: str               # AITER_SORT | TRITON_SORT
     has_expert_mask: bool = False
     local_token_count: bool = False
-    fuse_mxfp8_of: Optional[torch.Tensor] = None
+    fuse_mxfp8_of: Optional[torch.Tensor] = None   # activations [T, D] to quantise in the same launch
+    moe_buf: Optional[tuple] = None                 # (shape, dtype) of AITER's zeroed output buffer
     extra: dict = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.topk_ids.shape[0]) if self.topk_ids.dim() == 2 else 0
+
+    @property
+    def top_k(self) -> int:
+        return int(self.topk_ids.shape[1]) if self.topk_ids.dim() == 2 else 0
+
+    @property
+    def num_pairs(self) -> int:
+        return int(self.topk_ids.numel())
+
+
+@dataclass
+class SortOutput:
+    sorted_ids: torch.Tensor
+    expert_ids: torch.Tensor
+    num_valid: torch.Tensor                 # AITER: [rows, tokens]; Triton: [rows]
+    sorted_weights: Optional[torch.Tensor] = None
+    moe_buf: Optional[torch.Tensor] = None
+    xq: Optional[torch.Tensor] = None       # fused MXFP8 values [T, D] e4m3fn
+    xs: Optional[torch.Tensor] = None       # fused MXFP8 sorted scales (e8m0 bytes)
+
+    def as_tuple(self, output_format: str) -> tuple:
+        if output_format == TRITON_SORT:
+            return self.sorted_ids, self.expert_ids, self.num_valid
+        return self.sorted_ids, self.sorted_weights, self.expert_ids, self.num_valid, self.moe_buf

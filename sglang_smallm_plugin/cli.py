@@ -13,12 +13,24 @@ def _csv(s, conv=str):
 def cmd_selftest(a):
     from . import selftest
 
-    res = selftest.run(formats=_csv(a.formats), shapes=_csv(a.shapes), layouts=_csv(a.layouts),
-                       seeds=range(a.seeds), tokens=_csv(a.tokens, int) if a.tokens else None)
-    return 0 if all(r.ok for r in res) else 1
+    ok = True
+    if a.what in ("all", "moe"):
+        res = selftest.run(formats=_csv(a.formats), shapes=_csv(a.shapes), layouts=_csv(a.layouts),
+                           seeds=range(a.seeds), tokens=_csv(a.tokens, int) if a.tokens else None)
+        ok = all(r.ok for r in res)
+    if a.what in ("all", "sort"):
+        from . import sort_selftest
+
+        ok = all(r.ok for r in sort_selftest.run(seeds=range(a.seeds))) and ok
+    return 0 if ok else 1
 
 
 def cmd_bench(a):
+    if a.sort:
+        from . import sort_bench
+
+        sort_bench.run()
+        return 0
     from . import bench
 
     bench.run(shapes=_csv(a.shapes), formats=_csv(a.formats), layouts=_csv(a.layouts),
@@ -71,6 +83,7 @@ def main(argv=None):
     b.add_argument("--tokens", default="1,2,4,8,12,16,20,24,32,48")
     b.add_argument("--copies", type=int, default=8)
     b.add_argument("--out", default="bench_out")
+    b.add_argument("--sort", action="store_true", help="the sort benchmark instead (ours vs the fallback's sort)")
     b.set_defaults(fn=cmd_bench)
 
     s = sub.add_parser("selftest", help="kernel numerics on this GPU against the reference")
@@ -79,6 +92,7 @@ def main(argv=None):
     s.add_argument("--layouts", default=f"{ROW_MAJOR},{SHUFFLE16}")
     s.add_argument("--seeds", type=int, default=5)
     s.add_argument("--tokens", default="", help="default: 1,3,8 and the cap")
+    s.add_argument("--what", default="all", choices=("all", "moe", "sort"), help="which kernels to check")
     s.set_defaults(fn=cmd_selftest)
 
     i = sub.add_parser("isa", help="compile every kernel for an AMD arch without ROCm and summarise the ISA")

@@ -13,12 +13,15 @@ import re
 import subprocess
 import sys
 
-SOURCES = ("smallm_moe.hip",)
+SOURCES = ("smallm_moe.hip", "smallm_sort.hip")
 KEY_INSTRUCTIONS = (
     "v_cvt_scalef32_pk_bf16_fp8", "v_cvt_scalef32_pk_f32_fp8", "v_cvt_scalef32_pk_bf16_fp4",
     "v_cvt_scalef32_pk_f32_fp4", "v_dot2c_f32_bf16", "v_dot2_f32_bf16", "global_load_dwordx4",
     "ds_bpermute_b32", "buffer_wbl2", "buffer_inv", "scratch_store", "scratch_load", "buffer_store",
+    "ds_add_u32", "v_rndne_f32", "global_store_byte",
 )
+SORT_FORMATS = {"0": "aiter", "1": "triton"}
+SORT_PATHS = {"0": "compact", "1": "distributed"}
 FORMATS = {"0": "fp8_block128", "1": "mxfp4"}
 LAYOUTS = {"0": "row_major", "1": "shuffle16x16"}
 
@@ -47,7 +50,17 @@ def compile_asm(arch: str, out_dir, source: str = SOURCES[0], extra=()) -> pathl
 
 def kernel_label(mangled: str) -> str:
     m = re.search(r"smallm_moe_kernelILi(\d)ELi(\d)E", mangled)
-    return f"moe {FORMATS.get(m.group(1), '?')} {LAYOUTS.get(m.group(2), '?')}" if m else mangled
+    if m:
+        return f"moe {FORMATS.get(m.group(1), '?')} {LAYOUTS.get(m.group(2), '?')}"
+    m = re.search(r"smallm_sort_kernelILi(\d)ELi(\d)E", mangled)
+    if m:
+        return f"sort {SORT_FORMATS.get(m.group(1), '?')} {SORT_PATHS.get(m.group(2), '?')}"
+    return mangled
+
+
+def compile_all(arch: str, out_dir) -> list:
+    """-> [(path of the .s, rows)] for every kernel source."""
+    return [(p, summarize(p.read_text())) for p in (compile_asm(arch, out_dir, src) for src in SOURCES)]
 
 
 def summarize(asm: str) -> list:
@@ -76,12 +89,14 @@ def summarize(asm: str) -> list:
 
 def main(arch: str = "gfx950", out: str = "isa_out") -> int:
     try:
-        path = compile_asm(arch, out)
+        compiled = compile_all(arch, out)
     except (RuntimeError, FileNotFoundError) as e:
         print(e, file=sys.stderr)
         return 2
-    rows = summarize(path.read_text())
-    print(f"{arch}: {path}")
+    rows = []
+    for path, rs in compiled:
+        print(f"{arch}: {path}")
+        rows += rs
     print(f"{'kernel':30} {'vgpr':>5} {'agpr':>5} {'sgpr':>5} {'vspill':>6} {'sspill':>6} {'scratch':>7} {'lds':>6}  key instructions")
     for r in rows:
         keys = ", ".join(f"{k}={v}" for k, v in r["counts"].items() if v)

@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from .calls import FP8_BLOCK128, MXFP4, SHUFFLE16, MoeCall
+from .calls import AITER_SORT, FP8_BLOCK128, MXFP4, SHUFFLE16, MoeCall, SortCall, SortOutput
 from .gate import MAX_PAIRS
 
 logger = logging.getLogger("sglang_smallm")
@@ -83,6 +83,11 @@ def _register_fakes():
     def _moe_fused_fake(x, w13, w2, s13, s2, topk_weights, topk_ids, out, h, y, sync, fmt, layout, out_scale):
         return None
 
+    @torch.library.register_fake("sglang_smallm::moe_sort")
+    def _moe_sort_fake(topk_ids, topk_weights, sorted_ids, sorted_weights, expert_ids, num_valid, x, xq, xs,
+                       zero_buf, E, block, fmt, path):
+        return None
+
 
 class Workspace:
     """Per-device scratch for the fused kernel. Its counters must be zero before the first launch;
@@ -132,4 +137,52 @@ def run_moe(call: MoeCall, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     torch.ops.sglang_smallm.moe_fused(
         call.x, w13, w2, s13, s2, call.topk_weights, call.topk_ids, out, ws.h, ws.y, ws.sync,
         FORMAT_CODES[call.weight_format], 1 if call.layout == SHUFFLE16 else 0, scale)
+    return out
+
+
+SORT_FORMAT_CODES = {AITER_SORT: 0, "triton": 1}
+
+
+def sort_buffers(call: SortCall) -> SortOutput:
+    """Output buffers of the sizes the wrapped sort returns (AITER's capacity or SGLang's sizes)."""
+    from .reference.sorting import scale_cols, triton_buffer_sizes
+
+    ids = call.topk_ids
+    dev = ids.device
+    T, K, E, bs = call.num_tokens, call.top_k, call.num_experts, call.block_size
+    if call.output_format == AITER_SORT:
+        cap = T * K + E * bs - K
+        out = SortOutput(sorted_ids=torch.empty(cap, dtype=torch.int32, device=dev),
+                         expert_ids=torch.empty((cap + bs - 1) // bs, dtype=torch.int32, device=dev),
+                         num_valid=torch.empty(2, dtype=torch.int32, device=dev),
+                         sorted_weights=torch.empty(cap, dtype=torch.float32, device=dev))
+        if call.moe_buf is not None:
+            shape, dtype = call.moe_buf
+            out.moe_buf = torch.empty(shape, dtype=dtype, device=dev)
+        x = call.fuse_mxfp8_of
+        if x is not None:
+            out.xq = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=dev)
+            out.xs = torch.empty((cap + 31) // 32 * 32, scale_cols(x.shape[1]), dtype=torch.uint8, device=dev)
+        return out
+    n, blocks = triton_buffer_sizes(T * K, E, bs)
+    return SortOutput(sorted_ids=torch.empty(n, dtype=torch.int32, device=dev),
+                      expert_ids=torch.empty(blocks, dtype=torch.int32, device=dev),
+                      num_valid=torch.empty(1, dtype=torch.int32, device=dev))
+
+
+def run_sort(call: SortCall, path: str, out: Optional[SortOutput] = None) -> SortOutput:
+    """Run the compiled sort on an eligible call (the sort gate chose `path`). `out` may carry
+    preallocated (e.g. poisoned) buffers of sort_buffers' sizes."""
+    from .sort_gate import PATH_CODES
+
+    mod, why = load_compiled()
+    if mod is None:
+        raise RuntimeError(f"sglang-smallm: {why}")
+    out = sort_buffers(call) if out is None else out
+    torch.ops.sglang_smallm.moe_sort(
+        call.topk_ids, call.topk_weights if call.output_format == AITER_SORT else None,
+        out.sorted_ids, out.sorted_weights, out.expert_ids, out.num_valid,
+        call.fuse_mxfp8_of, None if out.xq is None else out.xq.view(torch.uint8), out.xs,
+        None if out.moe_buf is None else out.moe_buf.view(-1),
+        call.num_experts, call.block_size, SORT_FORMAT_CODES[call.output_format], PATH_CODES[path])
     return out

@@ -38,9 +38,11 @@ class SortSelector:
         return None, "; ".join(reasons) or "no sort provider registered"
 
 
-def wrap_sort(original, describe, is_active, selector=None):
-    """Build an AROUND hook body: describe(*args, **kwargs) -> SortCall or (None, reason)."""
+def wrap_sort(original, describe, is_active, selector=None, present=None):
+    """Build an AROUND hook body: describe(*args, **kwargs) -> (SortCall or None, reason);
+    present(call, SortOutput) -> what the original returns (default: the format's tuple)."""
     selector = selector or SortSelector()
+    present = present or (lambda call, out: out.as_tuple(call.output_format))
 
     def wrapper(*args, **kwargs):
         if not is_active():
@@ -54,6 +56,6 @@ def wrap_sort(original, describe, is_active, selector=None):
                  "sglang-smallm: MoE sort -> %s (%s)", path, why)
         if provider is None:
             return original(*args, **kwargs)
-        return provider.run(call)
+        return present(call, provider.run(call))
 
     return wrapper

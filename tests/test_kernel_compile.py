@@ -15,20 +15,24 @@ HIP = pathlib.Path(__file__).resolve().parent.parent / "hip"
 @pytest.fixture(scope="module")
 def gfx950(tmp_path_factory):
     out = tmp_path_factory.mktemp("isa")
-    path = isa.compile_asm("gfx950", out)  # -Wall -Wextra -Werror
-    return isa.summarize(path.read_text())
+    return [r for _, rows in isa.compile_all("gfx950", out) for r in rows]  # -Wall -Wextra -Werror
+
+
+def _moe(rows):
+    return [r for r in rows if r["kernel"].startswith("moe ")]
 
 
 def test_gfx950_compiles_every_kernel_without_scratch(gfx950):
     names = sorted(r["kernel"] for r in gfx950)
-    assert names == sorted(f"moe {f} {l}" for f in ("fp8_block128", "mxfp4") for l in ("row_major", "shuffle16x16"))
+    assert names == sorted([f"moe {f} {l}" for f in ("fp8_block128", "mxfp4") for l in ("row_major", "shuffle16x16")]
+                           + [f"sort {f} {p}" for f in ("aiter", "triton") for p in ("compact", "distributed")])
     for r in gfx950:
         assert r["scratch"] == 0 and r["vgpr_spill"] == 0, r
         assert r["counts"]["scratch_store"] == 0 and r["counts"]["scratch_load"] == 0, r
 
 
 def test_gfx950_uses_its_scale_convert_and_dot_instructions(gfx950):
-    for r in gfx950:
+    for r in _moe(gfx950):
         c = r["counts"]
         if "fp8" in r["kernel"]:
             assert c["v_cvt_scalef32_pk_bf16_fp8"] > 0 and c["v_cvt_scalef32_pk_f32_fp8"] > 0, r
@@ -41,13 +45,25 @@ def test_gfx950_uses_its_scale_convert_and_dot_instructions(gfx950):
 def test_gfx950_cross_block_handoff_is_device_coherent(gfx950):
     """Phase 1 -> phase 2 and the slot sums hand data between workgroups that may sit on different
     XCDs: the agent-scope release / acquire must lower to L2 write-back / invalidate."""
-    for r in gfx950:
+    for r in _moe(gfx950):
         assert r["counts"]["buffer_wbl2"] > 0 and r["counts"]["buffer_inv"] > 0, r
 
 
+def test_gfx950_sort_kernels(gfx950):
+    """The sort: shared-memory atomics only in the distributed histogram; the fused MXFP8 encode
+    (round to nearest even) only in the AITER format; byte stores for the sorted scales; no
+    cross-workgroup handoff at all (each workgroup plans on its own)."""
+    sorts = {r["kernel"]: r["counts"] for r in gfx950 if r["kernel"].startswith("sort ")}
+    for name, c in sorts.items():
+        assert (c["ds_add_u32"] > 0) == name.endswith("distributed"), (name, c)
+        assert (c["v_rndne_f32"] > 0) == (" aiter " in name), (name, c)
+        assert c["buffer_wbl2"] == 0 and c["buffer_inv"] == 0, (name, c)
+    assert sorts["sort aiter compact"]["global_store_byte"] > 0
+
+
 def test_gfx942_build_has_gfx950_path_gated_off(tmp_path):
-    rows = isa.summarize(isa.compile_asm("gfx942", tmp_path).read_text())
-    assert len(rows) == 4
+    rows = [r for _, rs in isa.compile_all("gfx942", tmp_path) for r in rs]
+    assert len(rows) == 8
     for r in rows:
         assert all(r["counts"][k] == 0 for k in r["counts"] if k.startswith("v_cvt_scalef32")), r
 
@@ -74,9 +90,10 @@ def _nvcc():
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
-def test_cuda_sm90a_compiles(tmp_path):
-    cu = tmp_path / "smallm_moe.cu"
-    cu.write_text(f'#include "{HIP / "smallm_moe.hip"}"\n')
+@pytest.mark.parametrize("source", ["smallm_moe", "smallm_sort"])
+def test_cuda_sm90a_compiles(tmp_path, source):
+    cu = tmp_path / f"{source}.cu"
+    cu.write_text(f'#include "{HIP / (source + ".hip")}"\n')
     r = subprocess.run([_nvcc(), "-arch=sm_90a", "-O3", "-std=c++17", "-Werror", "all-warnings", "-c", str(cu),
                         "-o", str(tmp_path / "k.o")], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-4000:]

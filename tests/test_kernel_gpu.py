@@ -25,3 +25,19 @@ def test_kernel_matches_reference(fmt, layout, shape, seed):
     for t in (1, 3, 8):
         r = selftest.check_case(SHAPES[shape], fmt, layout, t, seed, "cuda")
         assert r.ok, r
+
+
+@pytest.mark.parametrize("case", [
+    (513, 11, 1, 32, "aiter", "random", False, "compact"), (513, 11, 5, 32, "aiter", "one_expert", True, "compact"),
+    (513, 11, 3, 32, "triton", "invalid", False, "compact"), (513, 11, 2, 16, "triton", "random", False, "compact"),
+    (129, 5, 13, 32, "aiter", "hot4", True, "distributed"), (129, 5, 51, 32, "triton", "invalid", False, "distributed"),
+    (129, 5, 51, 32, "aiter", "one_expert", False, "distributed"),
+])
+@pytest.mark.parametrize("seed", range(3))
+def test_sort_matches_reference_exactly(case, seed):
+    """Subset of `sglang-smallm selftest --what sort` (the full matrix)."""
+    from sglang_smallm_plugin import sort_selftest
+
+    E, K, T, bs, fmt, routing, fused, path = case
+    r = sort_selftest.check_sort_case(E, K, T, bs, fmt, routing, seed, "cuda", fused=fused, path=path)
+    assert r.ok, r

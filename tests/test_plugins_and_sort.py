@@ -21,7 +21,7 @@ def fresh_pm():
 
 def test_builtin_providers_in_priority_order(fresh_pm):
     assert [p.name for p in hookspecs.moe_providers()] == ["smallm-compiled", "reference"]
-    assert [p.name for p in hookspecs.sort_providers()] == ["reference-sort"]
+    assert [p.name for p in hookspecs.sort_providers()] == ["smallm-sort", "reference-sort"]
 
 
 class _Always:

@@ -143,6 +143,50 @@ def test_moe_align_block_size_properties(seed, E, K, T, block):
     assert bool((sid[n:] == ids.numel()).all())
 
 
+def test_invalid_ids_dropped_in_aiter_format_and_leading_bucket_in_triton_format():
+    # token 0 -> experts 2, -1; token 1 -> 9 (>= E), 2; token 2 -> 0, 2
+    ids = torch.tensor([[2, -1], [9, 2], [0, 2]], dtype=torch.int32)
+    w = torch.tensor([[0.5, 0.25], [0.125, 1.0], [2.0, 4.0]])
+    sid, sw, eids, nv = R.moe_sorting(ids, w, 4, 4)
+    pad = (2 << 24) | 3
+    assert nv.tolist() == [8, 3]
+    assert sid[:8].tolist() == [(0 << 24) | 2, pad, pad, pad, (0 << 24) | 0, (1 << 24) | 1, (1 << 24) | 2, pad]
+    assert sw[:8].tolist() == [2.0, 0, 0, 0, 0.5, 1.0, 4.0, 0]
+    assert eids[:2].tolist() == [0, 2]
+    tid, teids, tn = R.moe_align_block_size(ids, 4, 4)
+    # bucket "-1" (pairs 1 and 2) first, then expert 0 (pair 4), then expert 2 (pairs 0, 3, 5)
+    assert int(tn) == 12
+    assert tid[:12].tolist() == [1, 2, 6, 6, 4, 6, 6, 6, 0, 3, 5, 6]
+    assert teids[:3].tolist() == [-1, 0, 2]
+
+
+def test_sorted_mxfp8_scales_hand_example():
+    # 2 tokens, D = 64 (2 groups, padded to 8 columns); one expert, block 32: rows 0, 1 real.
+    scales = torch.tensor([[10, 11], [20, 21]], dtype=torch.uint8)
+    ids = torch.tensor([[3], [3]], dtype=torch.int32)
+    sid, _, _, nv = R.moe_sorting(ids, torch.ones(2, 1), 5, 32)
+    xs = R.sorted_mxfp8_scales(scales, sid, nv, 2).reshape(-1)
+    assert xs.numel() == (2 + 5 * 32 - 1 + 31) // 32 * 32 * 8
+    # tile byte offset of (row r, col j): (j % 4) * 64 + (r % 16) * 4 + ((j // 4) % 2) * 2 + (r // 16) % 2
+    assert xs[0] == 10 and xs[64] == 11 and xs[4] == 20 and xs[68] == 21
+    assert int((xs[:256] != 0).sum()) == 4  # padding rows and columns are zero
+    assert bool((xs[256:] == 0xAA).all())  # past the padded length: outside the contract
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_mxfp8_roundup_scale_bounds_every_value(seed):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(8, 512, generator=g) * torch.logspace(-6, 6, 8).unsqueeze(1)).to(torch.bfloat16)
+    x[0, :32] = 0
+    q, s = R.mxfp8_quant(x)
+    grp = x.float().reshape(8, -1, 32).abs().amax(-1)
+    scale = R.e8m0_to_float(s)
+    assert bool((grp / scale <= 448).all())
+    assert bool((grp / scale > 224).all() | (grp == 0).any())  # the smallest power of two that fits
+    assert int(s[0, 0]) == int(R.mxfp8_scale_roundup(torch.tensor([1e-10]))[0])
+    assert not torch.isnan(q.float()).any()
+
+
 # ----------------------------------------------------------------- quantization
 @pytest.mark.parametrize("seed", SEEDS)
 def test_quant_roundtrips(seed):
@@ -234,8 +278,8 @@ def test_bad_inputs_raise_clear_errors():
     ids = torch.zeros(2, 2, dtype=torch.int64)
     with pytest.raises(ValueError, match="dtype"):
         R.moe_sorting(ids, torch.zeros(2, 2), 4, 4)
-    with pytest.raises(ValueError, match=r"\[0, 4\)"):
-        R.moe_sorting(torch.full((2, 2), 9, dtype=torch.int32), torch.zeros(2, 2), 4, 4)
+    with pytest.raises(ValueError, match="block_size % 32"):
+        R.moe_sorting_mxfp8(torch.zeros(1, 1, dtype=torch.int32), torch.ones(1, 1), torch.ones(1, 32), 4, 16)
     with pytest.raises(ValueError, match="per-channel"):
         R.dequant_fp8_blockscale(torch.zeros(256, 256, dtype=torch.float8_e4m3fn), torch.ones(256, 1))
     x = torch.zeros(3, 256, dtype=torch.bfloat16)

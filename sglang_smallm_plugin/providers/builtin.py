@@ -1,7 +1,7 @@
 """pluggy hook implementations that register the built-in providers."""
 
 from ..hookspecs import hookimpl
-from .compiled import CompiledMoeProvider
+from .compiled import CompiledMoeProvider, CompiledSortProvider
 from .reference import ReferenceMoeProvider, ReferenceSortProvider
 
 
@@ -13,4 +13,5 @@ def register_moe_kernels(register):
 
 @hookimpl
 def register_sort_kernels(register):
+    register(CompiledSortProvider())
     register(ReferenceSortProvider())

@@ -1,7 +1,7 @@
 """The compiled small-M kernels (hip/), as a provider. Present when the extension was built."""
 
-from .. import gate, kernels
-from ..calls import MoeCall
+from .. import gate, kernels, sort_gate
+from ..calls import MoeCall, SortCall
 
 
 class CompiledMoeProvider:
@@ -30,6 +30,27 @@ class CompiledMoeProvider:
 
     def run(self, call: MoeCall):
         return kernels.run_moe(call)
+
+
+class CompiledSortProvider:
+    name = "smallm-sort"
+    priority = 100
+
+    def available(self, device) -> tuple:
+        return CompiledMoeProvider.available(self, device)
+
+    def supports(self, call: SortCall) -> tuple:
+        ok, why = self.available(call.topk_ids.device)
+        if not ok:
+            return False, why
+        path, why = sort_gate.choose_path(call, kernels.device_info(call.topk_ids.device).arch)
+        return path is not None, why
+
+    def run(self, call: SortCall):
+        path, why = sort_gate.choose_path(call, kernels.device_info(call.topk_ids.device).arch)
+        if path is None:
+            raise RuntimeError(f"sglang-smallm: sort called on an ineligible call ({why})")
+        return kernels.run_sort(call, path)
 
 
 def _arch_matches(built: str, device_arch: str) -> bool:

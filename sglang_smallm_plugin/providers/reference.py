@@ -1,8 +1,10 @@
 """The pure-torch reference as a provider: serves CPU tensors (tests, demo on CPU) and GPU tensors
 only when SGLANG_SMALLM_REFERENCE=1 asks for it explicitly. Never chosen silently on a GPU."""
 
+import torch
+
 from .. import envs, reference
-from ..calls import FP8_BLOCK128, MXFP4, SHUFFLE16, MoeCall, SortCall
+from ..calls import AITER_SORT, FP8_BLOCK128, MXFP4, SHUFFLE16, MoeCall, SortCall, SortOutput
 
 
 class ReferenceMoeProvider:
@@ -49,7 +51,20 @@ class ReferenceSortProvider:
             return False, "expert mask / local token count not covered"
         return True, why
 
-    def run(self, call: SortCall):
-        if call.output_format == "aiter":
-            return reference.moe_sorting(call.topk_ids, call.topk_weights, call.num_experts, call.block_size)
-        return reference.moe_align_block_size(call.topk_ids, call.num_experts, call.block_size)
+    def run(self, call: SortCall) -> SortOutput:
+        if call.output_format == AITER_SORT:
+            if call.fuse_mxfp8_of is not None:
+                sid, sw, eids, nv, xq, xs = reference.moe_sorting_mxfp8(
+                    call.topk_ids, call.topk_weights, call.fuse_mxfp8_of, call.num_experts, call.block_size)
+            else:
+                sid, sw, eids, nv = reference.moe_sorting(call.topk_ids, call.topk_weights, call.num_experts,
+                                                          call.block_size)
+                xq = xs = None
+            buf = None
+            if call.moe_buf is not None:
+                shape, dtype = call.moe_buf
+                buf = torch.zeros(shape, dtype=dtype, device=call.topk_ids.device)
+            return SortOutput(sorted_ids=sid, expert_ids=eids, num_valid=nv, sorted_weights=sw, moe_buf=buf,
+                              xq=xq, xs=xs)
+        sid, eids, n = reference.moe_align_block_size(call.topk_ids, call.num_experts, call.block_size)
+        return SortOutput(sorted_ids=sid, expert_ids=eids, num_valid=n)

@@ -16,9 +16,17 @@ from .quant import (
     mxfp4_quant,
     mxfp8_dequant,
     mxfp8_quant,
+    mxfp8_scale_roundup,
     quant_fp8_blockscale,
 )
-from .sorting import moe_align_block_size, moe_sorting
+from .sorting import (
+    moe_align_block_size,
+    moe_sorting,
+    moe_sorting_mxfp8,
+    scale_cols,
+    sorted_mxfp8_scales,
+    triton_buffer_sizes,
+)
 
 __all__ = [
     "shuffle_weight",
@@ -27,6 +35,11 @@ __all__ = [
     "e8m0_unshuffle",
     "moe_sorting",
     "moe_align_block_size",
+    "moe_sorting_mxfp8",
+    "sorted_mxfp8_scales",
+    "scale_cols",
+    "triton_buffer_sizes",
+    "mxfp8_scale_roundup",
     "fused_moe_fp8_blockscale",
     "fused_moe_mxfp4",
     "mxfp8_quant",

@@ -3,9 +3,10 @@
 Conventions (OCP MX v1.0 and AITER):
 - e8m0 byte b encodes 2^(b-127); 255 is NaN.
 - fp4 e2m1 values are packed two per byte, element 2i in the low nibble, 2i+1 in the high.
-- MX scales: one e8m0 per 32 consecutive values along the last dim; the scale is
-  2^(floor(log2(amax)) - emax_elem) with emax_elem = 2 (e2m1) or 8 (e4m3); values are divided
-  by it and rounded to nearest even, saturating at the format's max (6.0 / 448.0).
+- MX scales: one e8m0 per 32 consecutive values along the last dim. Weights (test data):
+  2^(floor(log2(amax)) - emax_elem) with emax_elem = 2 (e2m1) or 8 (e4m3), values divided by
+  it and rounded to nearest even, saturating at the format's max (6.0 / 448.0). MXFP8
+  activations (what AITER's MoE consumes): the "RoundUp" scale of `mxfp8_scale_roundup`.
 """
 
 import torch
@@ -19,8 +20,8 @@ E4M3_MAX = 448.0
 def e8m0_to_float(s: torch.Tensor) -> torch.Tensor:
     """e8m0 bytes (uint8 or float8_e8m0fnu) -> fp32 2^(b-127); 255 -> NaN."""
     require(s.element_size() == 1, f"e8m0 scales must be 1-byte, got {s.dtype}")
-    b = s.view(torch.uint8).to(torch.int32)
-    out = torch.exp2((b - 127).to(torch.float32))
+    b = s.contiguous().view(torch.uint8).to(torch.int32)
+    out = torch.where(b == 0, torch.full_like(b, 0x00400000), b << 23).view(torch.float32)  # exact 2^(b-127)
     return torch.where(b == 255, torch.full_like(out, float("nan")), out)
 
 
@@ -82,13 +83,24 @@ def dequant_mxfp4(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return v * s
 
 
+def mxfp8_scale_roundup(amax: torch.Tensor) -> torch.Tensor:
+    """The e8m0 scale AITER's MXFP8 MoE activations use ("RoundUp"): 2^ceil(log2(s)) with
+    s = max(amax, 1e-10) / 448 in fp32 (IEEE division), so that every |x| / scale <= 448.
+    Computed on the fp32 bits: the exponent field, plus one when the mantissa is not zero."""
+    sf = torch.clamp(amax.float(), min=1e-10) / E4M3_MAX
+    bits = sf.contiguous().view(torch.int32)
+    e = ((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0).to(torch.int32)
+    return e.to(torch.uint8)
+
+
 def mxfp8_quant(x: torch.Tensor):
-    """bf16/fp32 [.., K] -> (e4m3fn [.., K], e8m0 uint8 [.., K/32]). Round to nearest even,
-    saturate at 448. This is the activation quantisation AITER's MXFP8 MoE consumes."""
+    """bf16/fp32 [.., K] -> (e4m3fn [.., K], e8m0 uint8 [.., K/32]): the activation quantisation
+    AITER's MXFP8 MoE consumes. Scale per 32 values from `mxfp8_scale_roundup`; values x / scale
+    (exact: a power of two) rounded to nearest even (never saturates: |x| / scale <= 448)."""
     require_tensor(x, "x", dtypes=(torch.float32, torch.bfloat16, torch.float16))
     require(x.shape[-1] % 32 == 0, f"last dim must be a multiple of 32, got {x.shape[-1]}")
     g = x.float().reshape(*x.shape[:-1], -1, 32)
-    scale = _float_to_e8m0_floor(g.abs().amax(-1), 8)
+    scale = mxfp8_scale_roundup(g.abs().amax(-1))
     q = (g / e8m0_to_float(scale).unsqueeze(-1)).clamp(-E4M3_MAX, E4M3_MAX)
     return q.reshape(x.shape).to(torch.float8_e4m3fn), scale
 

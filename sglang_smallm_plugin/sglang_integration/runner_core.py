@@ -222,6 +222,10 @@ def build_smallm_runner(method, layer, config, *, weight_format, fallback_runner
             "Fix: run this checkpoint on ROCm with AITER, or pick another --moe-runner-backend.")
     if fallback_runner is None and device != "cpu" and not envs.KERNELS.enabled():
         raise RuntimeError(f"sglang-smallm: {envs.KERNELS.name}=0 but {fallback_unavailable}.")
+    if fallback_runner is not None:
+        from .sort import after_fallback_built
+
+        after_fallback_built(fallback_backend)
     method.runner = runner
     method._owns_moe_runner = True
     layer.smallm_core = core

@@ -1,0 +1,154 @@
+"""Sort benchmark (`sglang-smallm bench --sort`): µs per call of our sort and of the sort the
+fallback backend uses, on the same device, in the same run, inside CUDA graphs.
+
+Fallback sorts: on CUDA, SGLang's `moe_align_block_size` (what its Triton MoE runner calls); on
+ROCm, AITER's `moe_sorting` (with its MXFP8 quantisation when fused). Where one cannot be
+imported, the table says so instead of inventing a number.
+
+Byte model per call: ids + weights in, sorted ids / weights / block ids out over the padded
+length (plus, fused, the activations in, e4m3 values and scales out); the floor is that over the
+copy bandwidth, but a sort this small is launch- and latency-bound, which the table shows.
+"""
+
+import statistics
+import time
+
+import torch
+
+from . import kernels, sort_gate
+from .calls import AITER_SORT, TRITON_SORT, SortCall
+from .sort_selftest import make_activations, make_routing
+
+DEFAULT_CASES = (
+    # (label, E, K, block, tokens)
+    ("qwen35", 513, 11, 16, (1, 2, 3, 4, 5, 8, 16)),
+    ("minimax-m3", 129, 5, 16, (1, 4, 8, 12, 13, 20, 32, 51)),
+)
+
+
+def _time(fn, reps=50, rounds=5) -> float:
+    """Median µs per call of fn() captured `reps` times in one CUDA graph."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    per = []
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        per.append(a.elapsed_time(b) * 1e3 / reps)
+    return statistics.median(per)
+
+
+def fallback_sort(output_format: str):
+    """-> (callable(ids, weights, E, block, x) or None, label)."""
+    if output_format == TRITON_SORT:
+        try:
+            import importlib
+
+            mab = importlib.import_module("sglang.srt.layers.moe.moe_runner.triton_utils.moe_align_block_size")
+        except Exception as e:  # noqa: BLE001 - any import failure means "not measurable here"
+            return None, f"SGLang moe_align_block_size not importable ({type(e).__name__}: {e})"
+        fn = getattr(mab.moe_align_block_size, "__wrapped__", mab.moe_align_block_size)
+        return _with_jit_fallback(fn), "SGLang moe_align_block_size"
+    try:
+        from aiter.fused_moe import moe_sorting  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        return None, f"AITER moe_sorting not importable ({type(e).__name__})"
+    from aiter.fused_moe import moe_sorting
+
+    return (lambda ids, w, E, bs, x: moe_sorting(ids, w, E, x.shape[1] if x is not None else 4096,
+                                                 torch.bfloat16, bs)), "AITER moe_sorting"
+
+
+def _with_jit_fallback(fn):
+    """SGLang's wrapper; where its compiled align op is missing (an import-only sgl_kernel, as on the
+    H200 image), the same op's JIT build with the wrapper's own buffer sizes (as ../shared/peer does)."""
+    state = {}
+
+    def call(ids, w, E, bs, x):
+        if not state.get("jit"):
+            try:
+                return fn(ids, bs, E)
+            except Exception as e:  # noqa: BLE001
+                if ids.numel() <= 64:
+                    raise
+                from sglang.kernels.ops.moe.moe_align import moe_align_block_size as jit_align
+
+                state["jit"] = jit_align
+                print(f"  (SGLang's align op unavailable: {type(e).__name__}; using its JIT build above 64 pairs)")
+        if ids.numel() <= 64:
+            return fn(ids, bs, E)
+        from .reference.sorting import triton_buffer_sizes
+
+        n, blocks = triton_buffer_sizes(ids.numel(), E, bs)
+        s = torch.empty(n, dtype=torch.int32, device=ids.device)
+        e = torch.empty(blocks, dtype=torch.int32, device=ids.device)
+        t = torch.empty(1, dtype=torch.int32, device=ids.device)
+        c = torch.empty(E + 2, dtype=torch.int32, device=ids.device)
+        state["jit"](ids, E + 1, bs, s, e, t, c, True)
+        return s, e, t
+
+    return call
+
+
+def run(cases=DEFAULT_CASES, formats=(TRITON_SORT, AITER_SORT), echo=print) -> list:
+    if not torch.cuda.is_available():
+        raise SystemExit("sort bench needs a GPU")
+    mod, why = kernels.load_compiled()
+    if mod is None:
+        raise SystemExit(f"sort bench: {why}")
+    info = kernels.device_info()
+    echo(f"sort bench on {info.name} ({info.arch}) {time.strftime('%Y-%m-%d %H:%M:%S')}; CUDA graphs of 50 calls")
+    rows = []
+    for fmt in formats:
+        fb, fb_label = fallback_sort(fmt)
+        echo(f"fallback for {fmt}: {fb_label}")
+        for label, E, K, bs, tokens in cases:
+            for T in tokens:
+                for fused in ((False, True) if fmt == AITER_SORT else (False,)):
+                    ids, w = make_routing(T, K, E, "random", 0, "cuda")
+                    bsz = 32 if fused else bs
+                    call = SortCall(topk_ids=ids, topk_weights=w if fmt == AITER_SORT else None, num_experts=E,
+                                    block_size=bsz, output_format=fmt)
+                    if fused:
+                        call.fuse_mxfp8_of = make_activations(T, 4096, 0, "cuda")
+                    path, reason = sort_gate.choose_path(call, "gfx950")  # the rule table's path for this call
+                    forced = path or (sort_gate.COMPACT if call.num_pairs <= sort_gate.compact_limit(bsz)
+                                      else sort_gate.DISTRIBUTED if call.num_pairs <= sort_gate.DIST_MAX_PAIRS
+                                      and E <= sort_gate.DIST_MAX_EXPERTS else None)
+                    ours = None
+                    if forced is not None:
+                        buf = kernels.sort_buffers(call)
+                        ours = _time(lambda: kernels.run_sort(call, forced, buf))
+                    theirs, note = None, ""
+                    if fb is not None and not fused:
+                        try:
+                            fb(ids, w, E, bsz, None)  # eager first: picks the JIT build if needed
+                            theirs = _time(lambda: fb(ids, w, E, bsz, None))
+                        except Exception as e:  # noqa: BLE001
+                            note = f"fallback failed: {type(e).__name__}: {str(e)[:80]}"
+                    elif fused:
+                        note = "fused MXFP8 (no standalone fallback here)"
+                    rows.append(dict(format=fmt, shape=label, E=E, K=K, block=bsz, tokens=T, pairs=T * K,
+                                     fused=fused, path=forced or "-", gate=path or "hand over",
+                                     ours_us=ours, fallback_us=theirs, note=note))
+    echo("\n| format | shape | E | K | block | T | pairs | path | gfx950 gate | ours µs | fallback µs | note |")
+    echo("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        f = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+        echo(f"| {r['format']}{'+mxfp8' if r['fused'] else ''} | {r['shape']} | {r['E']} | {r['K']} | {r['block']} | "
+             f"{r['tokens']} | {r['pairs']} | {r['path']} | {r['gate']} | {f(r['ours_us'])} | {f(r['fallback_us'])} | "
+             f"{r['note']} |")
+    return rows

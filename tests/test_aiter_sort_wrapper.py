@@ -1,0 +1,122 @@
+"""The AITER sort wrapper (ROCm path) against a stand-in `aiter.fused_moe` with the same entry
+points and call order (sort, then the MXFP8 quantisation of the activations), plus a stand-in of
+SGLang's own small-sort patch applied first. No AITER exists here; what is checked is composition:
+ours outermost, never twice, declined calls reaching SGLang's patch and then AITER unchanged, and
+the fused quantisation handed back only for the tensors it was made from."""
+
+import functools
+import types
+
+import pytest
+import torch
+
+from sglang_smallm_plugin import reference as R
+
+
+def _fake_aiter(log):
+    fm = types.ModuleType("aiter_fused_moe_standin")
+
+    def _moe_sorting_impl(topk_ids, topk_weights, num_experts, model_dim, moebuf_dtype, block_size, expert_mask,
+                          num_local_tokens, dispatch_policy, use_opus, return_local_topk_ids=False, accumulate=True,
+                          output_aux=False, **kwargs):
+        log.append("aiter_sort")
+        return ("aiter-sort-result",)
+
+    def fused_dynamic_mxfp8_quant_moe_sort(input, sorted_ids, *args, **kwargs):
+        log.append("aiter_quant")
+        return ("aiter-quant-result",)
+
+    def fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None, num_experts=129):
+        s = fm._moe_sorting_impl(topk_ids, topk_weight, num_experts, hidden_states.shape[1], torch.bfloat16, 32,
+                                 expert_mask, None, 0, False)
+        q = fm.fused_dynamic_mxfp8_quant_moe_sort(hidden_states, s[0], hidden_states.shape[0], 32)
+        return s, q
+
+    fm._moe_sorting_impl = _moe_sorting_impl
+    fm.fused_dynamic_mxfp8_quant_moe_sort = fused_dynamic_mxfp8_quant_moe_sort
+    fm.fused_moe = fused_moe
+    # SGLang's own patch, applied when it builds its AITER runner core: wraps the sort, passes through here.
+    inner = fm._moe_sorting_impl
+
+    @functools.wraps(inner)
+    def sglang_patch(*a, **k):
+        log.append("sglang_sort")
+        return inner(*a, **k)
+
+    fm._moe_sorting_impl = sglang_patch
+    return fm
+
+
+@pytest.fixture
+def wrapped(sglang_smallm):
+    from sglang_smallm_plugin.sglang_integration import sort
+
+    log = []
+    fm = _fake_aiter(log)
+    sglang_layer = fm._moe_sorting_impl
+    what = sort.install_aiter_sort_wrapper(fm)
+    return fm, log, sglang_layer, what
+
+
+def _inputs(T=3, K=5, E=129, D=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(T)]).to(torch.int32)
+    w = torch.rand(T, K, generator=g)
+    x = (torch.randn(T, D, generator=g) * 3).to(torch.bfloat16)
+    return x, ids, w
+
+
+def test_ours_is_outermost_over_sglangs_patch_and_never_twice(wrapped):
+    from sglang_smallm_plugin.sglang_integration import sort
+
+    fm, _, sglang_layer, what = wrapped
+    assert what.startswith("wrapped (outermost")
+    assert fm._moe_sorting_impl.__wrapped__ is sglang_layer
+    before = (fm._moe_sorting_impl, fm.fused_moe, fm.fused_dynamic_mxfp8_quant_moe_sort)
+    assert sort.install_aiter_sort_wrapper(fm) == "already wrapped"
+    assert (fm._moe_sorting_impl, fm.fused_moe, fm.fused_dynamic_mxfp8_quant_moe_sort) == before
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_eligible_call_is_served_by_our_sort_with_the_fused_quantisation(wrapped, seed):
+    fm, log, _, _ = wrapped
+    x, ids, w = _inputs(seed=seed)
+    (sid, sw, eids, nv, buf), (xq, xs) = fm.fused_moe(x, None, None, w, ids)
+    assert log == []  # neither SGLang's patch nor AITER ran
+    rid, rw, reid, rnv, rxq, rxs = R.moe_sorting_mxfp8(ids, w, x, 129, 32)
+    n = int(rnv[0])
+    assert torch.equal(nv, rnv) and torch.equal(sid[:n], rid[:n]) and torch.equal(sw[:n], rw[:n])
+    assert torch.equal(eids[:n // 32], reid[:n // 32])
+    assert torch.equal(xq.view(torch.uint8), rxq.view(torch.uint8))
+    assert xs.dtype == torch.float8_e8m0fnu and torch.equal(xs.view(torch.uint8)[:n], rxs[:n])
+    assert buf.shape == (3, 64) and bool((buf == 0).all())
+
+
+def test_declined_call_reaches_sglangs_patch_then_aiter(wrapped):
+    fm, log, _, _ = wrapped
+    x, ids, w = _inputs()
+    s, q = fm.fused_moe(x, None, None, w, ids, expert_mask=torch.ones(129, dtype=torch.int32))
+    assert s == ("aiter-sort-result",) and q == ("aiter-quant-result",)
+    assert log == ["sglang_sort", "aiter_sort", "aiter_quant"]
+
+
+def test_kernels_off_falls_through(wrapped, monkeypatch):
+    monkeypatch.setenv("SGLANG_ROCM_SMALLM_MOE", "0")
+    fm, log, _, _ = wrapped
+    x, ids, w = _inputs()
+    assert fm.fused_moe(x, None, None, w, ids) == (("aiter-sort-result",), ("aiter-quant-result",))
+    assert log == ["sglang_sort", "aiter_sort", "aiter_quant"]
+
+
+def test_quantisation_handed_back_only_for_its_own_tensors(wrapped):
+    fm, log, _, _ = wrapped
+    x, ids, w = _inputs()
+    other = x.clone()
+    assert fm.fused_dynamic_mxfp8_quant_moe_sort(other, torch.zeros(4, dtype=torch.int32)) == ("aiter-quant-result",)
+    assert log == ["aiter_quant"]
+
+
+def test_no_aiter_means_nothing_to_wrap():
+    from sglang_smallm_plugin.sglang_integration import sort
+
+    assert sort.install_aiter_sort_wrapper(types.ModuleType("empty")).endswith("sort not wrapped")
