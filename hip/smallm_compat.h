@@ -82,6 +82,21 @@ SMALLM_DEV int block_id() {
 #endif
 }
 
+// Programmatic dependent launch (sm_90): wait until the grids this one depends on have finished
+// and their writes are visible (a no-op when launched without the attribute, and on other
+// targets); then let the next grid in the stream start its launch early.
+SMALLM_DEV void grid_dependency_wait() {
+#if defined(SMALLM_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+SMALLM_DEV void grid_dependents_launch() {
+#if defined(SMALLM_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 SMALLM_DEV void block_sync() {
 #if defined(SMALLM_HIP)
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");

@@ -122,6 +122,7 @@ void moe_sort(const at::Tensor& topk_ids, const std::optional<at::Tensor>& topk_
                x->is_contiguous() && aligned16(*x) && x->size(1) % 32 == 0,
            "x must be contiguous 16-byte-aligned bf16 [T, D], D % 32 == 0");
     const int64_t D = x->size(1), sc = (D / 32 + 7) / 8 * 8;
+    scheck(T * D < (int64_t(1) << 31), "T * D must stay below 2^31");
     scheck(xq->is_cuda() && xq->element_size() == 1 && xq->numel() == T * D && xq->is_contiguous() && aligned16(*xq),
            "xq must be contiguous 16-byte-aligned 1-byte [T, D]");
     scheck(xs->is_cuda() && xs->element_size() == 1 && xs->is_contiguous() &&

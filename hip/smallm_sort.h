@@ -27,8 +27,7 @@ namespace smallm {
 
 struct SortShared {
   int key[kDistMaxPairs];        // bucket of each pair, -1: dropped
-  int rank[kDistMaxPairs];       // compact: rank inside the bucket
-  int cnt[2 * kSortThreads];     // compact: per pair, its bucket's count; distributed: per bucket
+  int cnt[2 * kSortThreads];     // compact: per pair, its padded count if it leads its bucket; distributed: per bucket
   int pos[kDistMaxPairs];        // destination row of each pair, -1: dropped
   int off[2 * kSortThreads];     // distributed: exclusive row offset of each bucket, [NB] = total
   int scan[kSortThreads];
@@ -53,33 +52,31 @@ SMALLM_DEV int bucket_of(int id, int E) {
   return ok ? id : -1;
 }
 
-// Plan, compact: pair i's rank and count inside its bucket by comparing with every pair.
+// Plan, compact: pair i's rank and count inside its bucket by comparing with every pair; then
+// its bucket's row offset from the padded counts of the buckets' leaders (first pair of each).
 SMALLM_DEV void plan_compact(SortShared& s, int P, int block, int t) {
   int k = -1, c = 0, r = 0;
   if (t < P) {
     k = s.key[t];
     for (int j = 0; j < P; ++j) {
-      const int kj = s.key[j];
-      c += kj == k;
-      r += (kj == k) & (j < t);
+      const bool same = s.key[j] == k;
+      c += same;
+      r += same & (j < t);
     }
-    s.rank[t] = r;
-    s.cnt[t] = c;
+    s.cnt[t] = (k >= 0 && r == 0) ? pad_to(c, block) : 0;  // a leader's padded count, else 0
   }
   block_sync();
   if (t < P) {
     int off = 0, tot = 0;
     for (int j = 0; j < P; ++j) {
-      const int kj = s.key[j];
-      const bool leader = kj >= 0 && s.rank[j] == 0;
-      const int pj = leader ? pad_to(s.cnt[j], block) : 0;
+      const int pj = s.cnt[j];
       tot += pj;
-      off += kj < k ? pj : 0;
+      off += s.key[j] < k ? pj : 0;
     }
     if (t == 0) s.total = tot;
     s.pos[t] = k >= 0 ? off + r : -1;
     if (k >= 0 && r == 0) {
-      const int nb = pad_to(c, block) / block;
+      const int nb = s.cnt[t] / block;
       for (int q = 0; q < nb; ++q) {
         s.blk_key[off / block + q] = k;
         s.blk_pad[off / block + q] = off + c;
@@ -134,6 +131,8 @@ __global__ void __launch_bounds__(kSortThreads) smallm_sort_kernel(SortArgs a) {
   const int t = thread_id();
   const int bid = block_id();
   const int S = a.sort_blocks, Q = a.quant_blocks;
+  grid_dependency_wait();  // before any global read or write (outputs may reuse memory just freed)
+  grid_dependents_launch();
 
   if (bid >= S + Q) {  // zero-fill workgroups: no plan needed
     const int zb = bid - S - Q;
@@ -183,11 +182,11 @@ __global__ void __launch_bounds__(kSortThreads) smallm_sort_kernel(SortArgs a) {
     }
     for (int b = lo / block + t; b < hi / block; b += kSortThreads)
       a.expert_ids[b] = Fmt == kSortAiter ? s.blk_key[b] : s.blk_key[b] - 1;
-    if (Fmt == kSortAiter && a.x != nullptr) {  // scale rows of padding entries are zero
-      const int sc = a.scale_cols;
-      for (long u = (long)lo * sc + t; u < (long)hi * sc; u += kSortThreads) {
-        const int q = (int)(u / sc), j = (int)(u % sc);
-        if (q >= s.blk_pad[q / block]) a.xs[scale_offset(q, j, sc)] = 0;
+    if (Fmt == kSortAiter && a.x != nullptr) {  // scale rows of padding entries are zero: a warp per row
+      const int sc = a.scale_cols, lane = t % kWarp;
+      for (int q = lo + t / kWarp; q < hi; q += kSortThreads / kWarp) {
+        if (q < s.blk_pad[q / block]) continue;
+        for (int j = lane; j < sc; j += kWarp) a.xs[scale_offset(q, j, sc)] = 0;
       }
     }
     if (bid == 0 && t == 0) {
@@ -201,8 +200,9 @@ __global__ void __launch_bounds__(kSortThreads) smallm_sort_kernel(SortArgs a) {
   if (Fmt != kSortAiter || a.x == nullptr) return;
   const int qb = bid - S;
   const int sc = a.scale_cols, groups = a.D / 32;
-  for (long u = (long)qb * kSortThreads + t; u < (long)a.T * sc; u += (long)Q * kSortThreads) {
-    const int tok = (int)(u / sc), j = (int)(u % sc);
+  const int units = a.T * sc;  // < 2^31: the binding bounds T * D
+  for (int u = qb * kSortThreads + t; u < units; u += Q * kSortThreads) {
+    const int tok = u / sc, j = u - tok * sc;
     uint32_t e = 0;
     if (j < groups) {
       const Vec16* src = reinterpret_cast<const Vec16*>(a.x + (long)tok * a.D + 32 * j);

@@ -31,8 +31,23 @@ int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 template <int Fmt, int Path>
 int launch_sort(const smallm::SortArgs& a, sortStream_t stream) {
   const int grid = a.sort_blocks + a.quant_blocks + a.zero_blocks;
+#if defined(SMALLM_HIP)
   smallm::smallm_sort_kernel<Fmt, Path><<<grid, smallm::kSortThreads, 0, stream>>>(a);
   return (int)SORT_GPU(GetLastError)();
+#else
+  // Programmatic dependent launch: the launch overlaps the previous kernel's tail; the kernel
+  // waits for it (griddepcontrol.wait) before touching memory.
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(smallm::kSortThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return (int)cudaLaunchKernelEx(&cfg, smallm::smallm_sort_kernel<Fmt, Path>, a);
+#endif
 }
 
 }  // namespace
