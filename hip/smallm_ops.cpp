@@ -125,7 +125,7 @@ void moe_sort(const at::Tensor& topk_ids, const std::optional<at::Tensor>& topk_
     scheck(T * D < (int64_t(1) << 31), "T * D must stay below 2^31");
     scheck(xq->is_cuda() && xq->element_size() == 1 && xq->numel() == T * D && xq->is_contiguous() && aligned16(*xq),
            "xq must be contiguous 16-byte-aligned 1-byte [T, D]");
-    scheck(xs->is_cuda() && xs->element_size() == 1 && xs->is_contiguous() &&
+    scheck(xs->is_cuda() && xs->element_size() == 1 && xs->is_contiguous() && aligned16(*xs) &&
                xs->numel() >= (rows + 31) / 32 * 32 * sc,
            "xs must be contiguous bytes [ceil(rows / 32) * 32, ceil(D / 256) * 8]");
     a.x = reinterpret_cast<const uint16_t*>(x->data_ptr());

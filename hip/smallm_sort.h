@@ -125,6 +125,34 @@ SMALLM_DEV void plan_distributed(SortShared& s, int P, int NB, int block, int t)
   block_sync();
 }
 
+// Scale rows of padding entries are zero. A 32-row tile row lies inside one output block
+// (block % 32 == 0), whose padding rows are a suffix starting at local row ps. Each thread takes one
+// 16-byte vector of a tile: rows i0..i0+3 and i0+16..i0+19 (i0 in {0, 4, 8, 12}) of columns jl and
+// jl + 4. All eight rows padding: one vector store; some: byte stores for the padding rows only
+// (real rows' bytes belong to the quantising workgroups, so no byte is written twice).
+SMALLM_DEV void zero_padding_scale_rows(const SortArgs& a, const SortShared& s, int lo, int hi, int t) {
+  const int vec_per_row32 = a.scale_cols * 2;  // (scale_cols / 8) tiles x 16 vectors
+  const int units = (hi - lo) / 32 * vec_per_row32;
+  Vec16 z;
+  z.w[0] = z.w[1] = z.w[2] = z.w[3] = 0u;
+  for (int u = t; u < units; u += kSortThreads) {
+    const int g = lo / 32 + u / vec_per_row32, v = u % vec_per_row32;
+    int ps = s.blk_pad[(g * 32) / a.block] - g * 32;
+    ps = ps < 0 ? 0 : ps;
+    if (ps >= 32) continue;  // no padding row in this tile row
+    const long base = (long)g * a.scale_cols * 32 + (long)v * 16;
+    const int i0 = (v % 16) * 4 % 16;
+    if (i0 >= ps) {
+      *reinterpret_cast<Vec16*>(a.xs + base) = z;
+      continue;
+    }
+    for (int b = 0; b < 16; ++b) {  // byte b: word b / 4 (row i0 + b / 4), then (n_idx, m_idx) = (b / 2 % 2, b % 2)
+      const int row = i0 + b / 4 + 16 * (b & 1);
+      if (row >= ps) a.xs[base + b] = 0;
+    }
+  }
+}
+
 template <int Fmt, int Path>
 __global__ void __launch_bounds__(kSortThreads) smallm_sort_kernel(SortArgs a) {
   __shared__ SortShared s;
@@ -182,13 +210,7 @@ __global__ void __launch_bounds__(kSortThreads) smallm_sort_kernel(SortArgs a) {
     }
     for (int b = lo / block + t; b < hi / block; b += kSortThreads)
       a.expert_ids[b] = Fmt == kSortAiter ? s.blk_key[b] : s.blk_key[b] - 1;
-    if (Fmt == kSortAiter && a.x != nullptr) {  // scale rows of padding entries are zero: a warp per row
-      const int sc = a.scale_cols, lane = t % kWarp;
-      for (int q = lo + t / kWarp; q < hi; q += kSortThreads / kWarp) {
-        if (q < s.blk_pad[q / block]) continue;
-        for (int j = lane; j < sc; j += kWarp) a.xs[scale_offset(q, j, sc)] = 0;
-      }
-    }
+    if (Fmt == kSortAiter && a.x != nullptr) zero_padding_scale_rows(a, s, lo, hi, t);
     if (bid == 0 && t == 0) {
       a.num_valid[0] = s.total;
       if (Fmt == kSortAiter) a.num_valid[1] = a.T;
