@@ -130,13 +130,14 @@ SMALLM_DEV void plan_distributed(SortShared& s, int P, int NB, int block, int t)
 // 16-byte vector of a tile: rows i0..i0+3 and i0+16..i0+19 (i0 in {0, 4, 8, 12}) of columns jl and
 // jl + 4. All eight rows padding: one vector store; some: byte stores for the padding rows only
 // (real rows' bytes belong to the quantising workgroups, so no byte is written twice).
-SMALLM_DEV void zero_padding_scale_rows(const SortArgs& a, const SortShared& s, int lo, int hi, int t) {
+// Shared by every planning workgroup (worker w of n): it only ever writes padding bytes.
+SMALLM_DEV void zero_padding_scale_rows(const SortArgs& a, const SortShared& s, int w, int n, int t) {
   const int vec_per_row32 = a.scale_cols * 2;  // (scale_cols / 8) tiles x 16 vectors
-  const int units = (hi - lo) / 32 * vec_per_row32;
+  const int units = s.total / 32 * vec_per_row32;
   Vec16 z;
   z.w[0] = z.w[1] = z.w[2] = z.w[3] = 0u;
-  for (int u = t; u < units; u += kSortThreads) {
-    const int g = lo / 32 + u / vec_per_row32, v = u % vec_per_row32;
+  for (int u = w * kSortThreads + t; u < units; u += n * kSortThreads) {
+    const int g = u / vec_per_row32, v = u - g * vec_per_row32;
     int ps = s.blk_pad[(g * 32) / a.block] - g * 32;
     ps = ps < 0 ? 0 : ps;
     if (ps >= 32) continue;  // no padding row in this tile row
@@ -182,6 +183,8 @@ __global__ void __launch_bounds__(kSortThreads) smallm_sort_kernel(SortArgs a) {
     plan_distributed(s, P, NB, block, t);
   }
 
+  if (Fmt == kSortAiter && a.x != nullptr) zero_padding_scale_rows(a, s, bid, S + Q, t);
+
   if (bid < S) {
     // This workgroup's buckets and the rows they occupy.
     int b0 = 0, b1 = 1 << 30, lo = 0, hi = s.total;
@@ -210,7 +213,6 @@ __global__ void __launch_bounds__(kSortThreads) smallm_sort_kernel(SortArgs a) {
     }
     for (int b = lo / block + t; b < hi / block; b += kSortThreads)
       a.expert_ids[b] = Fmt == kSortAiter ? s.blk_key[b] : s.blk_key[b] - 1;
-    if (Fmt == kSortAiter && a.x != nullptr) zero_padding_scale_rows(a, s, lo, hi, t);
     if (bid == 0 && t == 0) {
       a.num_valid[0] = s.total;
       if (Fmt == kSortAiter) a.num_valid[1] = a.T;

@@ -60,8 +60,14 @@ int smallm_sort_launch(smallm::SortArgs& a, int fmt, int path, void* stream) {
   if (a.block <= 0 || a.K <= 0 || a.K > 255) return -4;
   // Grid sizes depend on T, K, E, D only (never on routing), so the launch is graph-capturable.
   a.sort_blocks = path == kSortCompact ? 1 : ceil_div(sort_buckets(fmt, a.E), kBucketsPerOwner);
+  // MXFP8 workgroups: the quantisation units (token, 32-group), or a quarter of the worst-case
+  // padding-scale vectors, whichever asks for more (every planning workgroup zeroes padding rows).
   const long units = (long)a.T * a.scale_cols;
-  a.quant_blocks = a.x == nullptr ? 0 : (int)std::min<long>(kMaxQuantBlocks, std::max(1, ceil_div(units, kSortThreads)));
+  const long worst_rows = P + std::min<long>(P, sort_buckets(fmt, a.E)) * (a.block - 1);
+  const long pad_vecs = (worst_rows + 31) / 32 * a.scale_cols * 2;
+  a.quant_blocks = a.x == nullptr ? 0
+                                  : (int)std::min<long>(kMaxQuantBlocks,
+                                                        std::max(1, ceil_div(std::max(units, pad_vecs / 4), kSortThreads)));
   a.zero_blocks = a.zero == nullptr || a.zero_vecs == 0
                       ? 0
                       : (int)std::min<long>(kMaxZeroBlocks, std::max(1, ceil_div(a.zero_vecs, 4L * kSortThreads)));

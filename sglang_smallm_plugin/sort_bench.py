@@ -124,7 +124,8 @@ def run(cases=DEFAULT_CASES, formats=(TRITON_SORT, AITER_SORT), echo=print) -> l
                                     block_size=bsz, output_format=fmt)
                     if fused:
                         call.fuse_mxfp8_of = make_activations(T, 4096, 0, "cuda")
-                    path, reason = sort_gate.choose_path(call, "gfx950")  # the rule table's path for this call
+                    path, reason = sort_gate.choose_path(call, "gfx950")  # the gfx950 rule table's path
+                    here, _ = sort_gate.choose_path(call, info.arch)     # what this device's gate does
                     forced = path or (sort_gate.COMPACT if call.num_pairs <= sort_gate.compact_limit(bsz)
                                       else sort_gate.DISTRIBUTED if call.num_pairs <= sort_gate.DIST_MAX_PAIRS
                                       and E <= sort_gate.DIST_MAX_EXPERTS else None)
@@ -143,12 +144,14 @@ def run(cases=DEFAULT_CASES, formats=(TRITON_SORT, AITER_SORT), echo=print) -> l
                         note = "fused MXFP8 (no standalone fallback here)"
                     rows.append(dict(format=fmt, shape=label, E=E, K=K, block=bsz, tokens=T, pairs=T * K,
                                      fused=fused, path=forced or "-", gate=path or "hand over",
+                                     gate_here=here or "hand over",
                                      ours_us=ours, fallback_us=theirs, note=note))
-    echo("\n| format | shape | E | K | block | T | pairs | path | gfx950 gate | ours µs | fallback µs | note |")
-    echo("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    echo(f"\n| format | shape | E | K | block | T | pairs | path timed | gfx950 gate | {info.arch} gate | ours µs | "
+         "fallback µs | note |")
+    echo("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         f = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
         echo(f"| {r['format']}{'+mxfp8' if r['fused'] else ''} | {r['shape']} | {r['E']} | {r['K']} | {r['block']} | "
-             f"{r['tokens']} | {r['pairs']} | {r['path']} | {r['gate']} | {f(r['ours_us'])} | {f(r['fallback_us'])} | "
+             f"{r['tokens']} | {r['pairs']} | {r['path']} | {r['gate']} | {r['gate_here']} | {f(r['ours_us'])} | {f(r['fallback_us'])} | "
              f"{r['note']} |")
     return rows

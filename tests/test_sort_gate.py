@@ -7,9 +7,8 @@ from sglang_smallm_plugin import sort_gate
 from sglang_smallm_plugin.calls import AITER_SORT, TRITON_SORT, SortCall
 
 
-@pytest.mark.parametrize("arch", ["gfx950", "sm_90"])
-def test_qwen35_compact_then_hand_over_at_513_experts(arch):
-    rows = sort_gate.decision_table(arch, 513, 11, 32, range(1, 30))
+def test_qwen35_compact_then_hand_over_at_513_experts():
+    rows = sort_gate.decision_table("gfx950", 513, 11, 32, range(1, 30))
     for t, path, why in rows:
         if t * 11 <= 64:
             assert path == "compact", (t, why)
@@ -18,12 +17,21 @@ def test_qwen35_compact_then_hand_over_at_513_experts(arch):
             assert "513 experts" in why and "distributed needs pairs <= 256 and experts <= 256" in why
 
 
-@pytest.mark.parametrize("arch", ["gfx950", "sm_90"])
-def test_minimax_compact_then_distributed_then_hand_over(arch):
-    got = {t: path for t, path, _ in sort_gate.decision_table(arch, 129, 5, 32, range(1, 60))}
+def test_minimax_compact_then_distributed_then_hand_over():
+    got = {t: path for t, path, _ in sort_gate.decision_table("gfx950", 129, 5, 32, range(1, 60))}
     assert all(got[t] == "compact" for t in range(1, 13))
     assert all(got[t] == "distributed" for t in range(13, 52))
     assert all(got[t] is None for t in range(52, 60))
+
+
+def test_h200_uses_only_the_distributed_sort_where_it_was_measured_faster():
+    qwen = sort_gate.decision_table("sm_90", 513, 11, 16, range(1, 30), output_format=TRITON_SORT)
+    assert all(path is None for _, path, _ in qwen)  # compact loses to SGLang's Triton sort; E > 256
+    mm = {t: (p, why) for t, p, why in sort_gate.decision_table("sm_90", 129, 5, 16, range(1, 60), TRITON_SORT)}
+    assert all(mm[t][0] is None for t in range(1, 7))        # <= 32 pairs: SGLang's single launch wins
+    assert all(mm[t][0] == "distributed" for t in range(7, 52))
+    assert all(mm[t][0] is None for t in range(52, 60))
+    assert "H200" in mm[7][1]
 
 
 def test_compact_limit_is_min_64_and_two_blocks():
