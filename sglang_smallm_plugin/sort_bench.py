@@ -103,6 +103,28 @@ def _with_jit_fallback(fn):
     return call
 
 
+def agree_with_fallback(fb, E, K, T, bs, routing, seed) -> str:
+    """Our Triton-format output against SGLang's own on the same routing: the padded count, the
+    expert id of every used block and each block's set of pair ids must be equal."""
+    ids, _ = make_routing(T, K, E, routing, seed, "cuda")
+    call = SortCall(topk_ids=ids, topk_weights=None, num_experts=E, block_size=bs, output_format=TRITON_SORT)
+    path = sort_gate.COMPACT if call.num_pairs <= sort_gate.compact_limit(bs) else sort_gate.DISTRIBUTED
+    if path == sort_gate.DISTRIBUTED and (E > sort_gate.DIST_MAX_EXPERTS or call.num_pairs > sort_gate.DIST_MAX_PAIRS):
+        return "skipped (no path)"
+    ours = kernels.run_sort(call, path)
+    sid, eid, n = (t.cpu() for t in fb(ids, None, E, bs, None))
+    n_ours = int(ours.num_valid[0])
+    if int(n[0]) != n_ours:
+        return f"padded count {n_ours} != SGLang's {int(n[0])}"
+    if not torch.equal(ours.expert_ids.cpu()[:n_ours // bs], eid[:n_ours // bs]):
+        return "expert ids per block differ"
+    o = ours.sorted_ids.cpu()
+    for b in range(n_ours // bs):
+        if sorted(o[b * bs:(b + 1) * bs].tolist()) != sorted(sid[b * bs:(b + 1) * bs].tolist()):
+            return f"block {b} differs"
+    return "same"
+
+
 def run(cases=DEFAULT_CASES, formats=(TRITON_SORT, AITER_SORT), echo=print) -> list:
     if not torch.cuda.is_available():
         raise SystemExit("sort bench needs a GPU")
@@ -115,6 +137,14 @@ def run(cases=DEFAULT_CASES, formats=(TRITON_SORT, AITER_SORT), echo=print) -> l
     for fmt in formats:
         fb, fb_label = fallback_sort(fmt)
         echo(f"fallback for {fmt}: {fb_label}")
+        if fb is not None and fmt == TRITON_SORT:
+            checks = [(E, K, T, bs, r, seed) for E, K, bs, toks in ((513, 11, 16, (1, 2)), (129, 5, 16, (1, 6, 8, 20, 51)),
+                                                                    (129, 5, 64, (13, 51)))
+                      for T in toks for r in ("random", "one_expert", "invalid") for seed in range(3)]
+            verdicts = [agree_with_fallback(fb, *c) for c in checks]
+            bad = [(c, v) for c, v in zip(checks, verdicts) if v not in ("same", "skipped (no path)")]
+            echo(f"agreement with {fb_label}'s own output (E, K, T, block, routing, seed): "
+                 f"{verdicts.count('same')}/{len(checks)} same" + (f"; differ: {bad[:5]}" if bad else ""))
         for label, E, K, bs, tokens in cases:
             for T in tokens:
                 for fused in ((False, True) if fmt == AITER_SORT else (False,)):
