@@ -1,6 +1,7 @@
 """Layer benchmark (`sglang-smallm bench`): the fused kernel inside CUDA graphs, rotating among
 weight copies so the weights are not L2-resident, against the byte roofline from the copy
-bandwidth measured in the same run.
+bandwidth and the read floor (a one-launch kernel that only reads the same experts' bytes, any
+weight format), both measured in the same run.
 
 Byte model per call (explicit, QuACK-style): distinct experts touched x (w13 + w2 + scale bytes)
 + activations in + output out + routing. Roofline = bytes / copy bandwidth, where the copy
@@ -76,10 +77,41 @@ def time_graph(calls, reps=20, rounds=3) -> float:
     return statistics.median(per)
 
 
+def time_read_floor(flats, id_sets, expert_bytes, reps=20, rounds=3) -> float:
+    """The read floor: median µs per call of one launch that only reads the touched experts' bytes
+    (torch.ops.sglang_smallm.read_floor), best over a few chunkings, same graph discipline as the kernel."""
+    sink = torch.zeros(1, dtype=torch.int32, device=flats[0].device)
+    best = None
+    for chunks in (8, 16, 32, 64, 128):
+        def body():
+            for f, ids in zip(flats, id_sets):
+                torch.ops.sglang_smallm.read_floor(f, ids, expert_bytes, chunks, sink)
+        body()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            body()
+        g.replay()
+        torch.cuda.synchronize()
+        per = []
+        for _ in range(rounds):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(reps):
+                g.replay()
+            b.record()
+            b.synchronize()
+            per.append(a.elapsed_time(b) * 1e3 / (reps * len(flats)))
+        us = statistics.median(per)
+        best = us if best is None else min(best, us)
+    return best
+
+
 def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda", echo=print) -> list:
     arch = kernels.device_info(device).arch
     cap = gate.token_cap(arch, weight_format, shape.inter, shape.slots)[0]
     weights = [make_weights(shape, weight_format, layout, 1000 + c, device) for c in range(copies)]
+    eb = shape.expert_bytes(weight_format)
+    flats = [torch.randint(0, 255, (shape.experts * eb,), dtype=torch.uint8, device=device) for _ in range(copies)]
     rows = []
     for t in tokens:
         calls = [make_call(shape, weight_format, layout, t, 17 * t + c, device, weights[c]) for c in range(copies)]
@@ -87,14 +119,17 @@ def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda
         nd = statistics.mean(s[0] for s in stats)
         nbytes = statistics.mean(s[1] for s in stats)
         us = time_graph(calls)
+        ids = [torch.unique(c.topk_ids[(c.topk_ids >= 0) & (c.topk_ids < shape.experts)]).to(torch.int32) for c in calls]
+        floor = time_read_floor(flats, ids, eb)
         roof = nbytes / bw * 1e6
         row = dict(shape=shape.name, format=weight_format, layout=layout, tokens=t, distinct=nd,
                    mbytes=nbytes / 1e6, kernel_us=us, roofline_us=roof, frac_roofline=roof / us,
-                   in_cap=t <= cap, fallback_us=None)
+                   read_floor_us=floor, over_floor=us / floor, in_cap=t <= cap, fallback_us=None)
         rows.append(row)
         echo(f"{shape.name:14} {weight_format:12} {layout:12} T={t:3d} distinct={nd:6.1f} {nbytes / 1e6:8.1f} MB "
-             f"kernel {us:7.1f} us  roofline {roof:7.1f} us  {roof / us:5.0%}{'' if t <= cap else '  (above cap)'}")
-    del weights
+             f"kernel {us:7.1f} us  read floor {floor:7.1f} us ({us / floor:4.2f}x)  roofline {roof:7.1f} us  "
+             f"{roof / us:5.0%}{'' if t <= cap else '  (above cap)'}")
+    del weights, flats
     torch.cuda.empty_cache()
     return rows
 
@@ -114,6 +149,7 @@ def plot(rows, path):
         ts = [r["tokens"] for r in rs]
         line, = ax.plot(ts, [r["kernel_us"] for r in rs], marker="o", label=f"{k[0]} {k[1]} {k[2]} kernel")
         ax.plot(ts, [r["roofline_us"] for r in rs], ls="--", color=line.get_color(), label=f"{k[0]} roofline")
+        ax.plot(ts, [r["read_floor_us"] for r in rs], ls=":", color=line.get_color(), label=f"{k[0]} read floor")
     ax.set_xlabel("tokens")
     ax.set_ylabel("µs per MoE layer call")
     ax.grid(alpha=0.3)
@@ -150,9 +186,10 @@ def run(shapes=("qwen35-tp4", "qwen35-tp8"), formats=(FP8_BLOCK128,), layouts=(R
         for r in rows:
             f.write(",".join(str(r[c]) for c in cols) + "\n")
     plot(rows, os.path.join(out_dir, "bench.png"))
-    echo("\n| shape | format | layout | T | distinct | MB | kernel µs | roofline µs | of roofline |")
-    echo("|---|---|---|---|---|---|---|---|---|")
+    echo("\n| shape | format | layout | T | distinct | MB | kernel µs | read floor µs | kernel / floor | roofline µs | of roofline |")
+    echo("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         echo(f"| {r['shape']} | {r['format']} | {r['layout']} | {r['tokens']} | {r['distinct']:.1f} | {r['mbytes']:.1f} | "
-             f"{r['kernel_us']:.1f} | {r['roofline_us']:.1f} | {r['frac_roofline']:.0%} |")
+             f"{r['kernel_us']:.1f} | {r['read_floor_us']:.1f} | {r['over_floor']:.2f}x | {r['roofline_us']:.1f} | "
+             f"{r['frac_roofline']:.0%} |")
     return rows

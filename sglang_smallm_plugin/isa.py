@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 
-SOURCES = ("smallm_moe.hip", "smallm_sort.hip")
+SOURCES = ("smallm_moe.hip", "smallm_sort.hip", "smallm_readfloor.hip")
 KEY_INSTRUCTIONS = (
     "v_cvt_scalef32_pk_bf16_fp8", "v_cvt_scalef32_pk_f32_fp8", "v_cvt_scalef32_pk_bf16_fp4",
     "v_cvt_scalef32_pk_f32_fp4", "v_dot2c_f32_bf16", "v_dot2_f32_bf16", "global_load_dwordx4",
@@ -55,6 +55,8 @@ def kernel_label(mangled: str) -> str:
     m = re.search(r"smallm_sort_kernelILi(\d)ELi(\d)E", mangled)
     if m:
         return f"sort {SORT_FORMATS.get(m.group(1), '?')} {SORT_PATHS.get(m.group(2), '?')}"
+    if "smallm_read_floor_kernel" in mangled:
+        return "read floor (bench)"
     return mangled
 
 

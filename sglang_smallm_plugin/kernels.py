@@ -83,6 +83,10 @@ def _register_fakes():
     def _moe_fused_fake(x, w13, w2, s13, s2, topk_weights, topk_ids, out, h, y, sync, fmt, layout, out_scale):
         return None
 
+    @torch.library.register_fake("sglang_smallm::read_floor")
+    def _read_floor_fake(base, ids, expert_bytes, chunks, sink):
+        return None
+
     @torch.library.register_fake("sglang_smallm::moe_sort")
     def _moe_sort_fake(topk_ids, topk_weights, sorted_ids, sorted_weights, expert_ids, num_valid, x, xq, xs,
                        zero_buf, E, block, fmt, path):

@@ -15,7 +15,7 @@ import torch
 from . import kernels, reference, sort_gate
 from .calls import AITER_SORT, TRITON_SORT, SortCall, SortOutput
 
-ROUTINGS = ("random", "one_expert", "hot4", "invalid")
+ROUTINGS = ("random", "one_expert", "hot4", "invalid", "padded")
 POISON_I32 = 0x7BADBEEF
 POISON_U8 = 0xAA
 
@@ -35,10 +35,13 @@ def make_routing(T, K, E, kind, seed, device):
         ids = hot[torch.randint(0, 4, (T, K), generator=g)].to(torch.int32)
     else:
         ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(T)]).to(torch.int32)
-        if kind == "invalid":
+        if kind in ("invalid", "padded"):  # padded: -1 ids only, as SGLang pads (dp attention)
             drop = torch.rand(T, K, generator=g) < 0.3
             ids = torch.where(drop, torch.full_like(ids, -1), ids)
-            ids[0, 0] = E + 3  # out of range on the high side too
+            if kind == "invalid":
+                ids[0, 0] = E + 3  # out of range on the high side too (mapped like -1)
+            elif T > 1:
+                ids[-1] = -1  # a whole padding token
     w = torch.rand(T, K, generator=g) + 0.01
     return ids.to(device), w.to(device)
 

@@ -25,7 +25,8 @@ def _moe(rows):
 def test_gfx950_compiles_every_kernel_without_scratch(gfx950):
     names = sorted(r["kernel"] for r in gfx950)
     assert names == sorted([f"moe {f} {l}" for f in ("fp8_block128", "mxfp4") for l in ("row_major", "shuffle16x16")]
-                           + [f"sort {f} {p}" for f in ("aiter", "triton") for p in ("compact", "distributed")])
+                           + [f"sort {f} {p}" for f in ("aiter", "triton") for p in ("compact", "distributed")]
+                           + ["read floor (bench)"])
     for r in gfx950:
         assert r["scratch"] == 0 and r["vgpr_spill"] == 0, r
         assert r["counts"]["scratch_store"] == 0 and r["counts"]["scratch_load"] == 0, r
@@ -63,7 +64,7 @@ def test_gfx950_sort_kernels(gfx950):
 
 def test_gfx942_build_has_gfx950_path_gated_off(tmp_path):
     rows = [r for _, rs in isa.compile_all("gfx942", tmp_path) for r in rs]
-    assert len(rows) == 8
+    assert len(rows) == 9
     for r in rows:
         assert all(r["counts"][k] == 0 for k in r["counts"] if k.startswith("v_cvt_scalef32")), r
 
@@ -90,7 +91,7 @@ def _nvcc():
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
-@pytest.mark.parametrize("source", ["smallm_moe", "smallm_sort"])
+@pytest.mark.parametrize("source", ["smallm_moe", "smallm_sort", "smallm_readfloor"])
 def test_cuda_sm90a_compiles(tmp_path, source):
     cu = tmp_path / f"{source}.cu"
     cu.write_text(f'#include "{HIP / (source + ".hip")}"\n')
