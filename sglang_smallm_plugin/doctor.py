@@ -5,7 +5,7 @@ import os
 
 import torch
 
-from . import envs, gate, hookspecs, kernels
+from . import envs, gate, hookspecs, kernels, sort_gate
 
 
 def _line(label, value):
@@ -61,6 +61,14 @@ def main(a) -> int:
         _line(f"tokens={t}", f"{'kernel  ' if eligible else 'fallback'}  {reason}")
     print("Rules (in order; the first failing one is the recorded reason)")
     print("  " + ", ".join(r.name for r in gate.RULES))
+    fmt = "triton" if arch.startswith("sm_") else "aiter"
+    block = 16 if fmt == "triton" else 32
+    print(f"Sort decisions for E={a.experts} K={a.top_k} block {block}, {fmt} format, on {arch} "
+          f"(calls above the MoE cap sort first)")
+    for t, path, reason in sort_gate.decision_table(arch, a.experts, a.top_k, block, tokens, fmt):
+        _line(f"tokens={t}", f"{path or 'hand over':11} {reason}")
+    print("Sort rules (in order): " + ", ".join(r.name for r in sort_gate.SORT_RULES) + "; paths: "
+          + "; ".join(f"{p.arch} {p.path}: {p.rule}" for p in sort_gate.PATHS))
     if a.format == "mxfp4" and info.kind == "cuda":
         print("Note: SGLang's Quark MXFP4 MoE scheme runs only through AITER (ROCm); on CUDA there is no fallback,"
               " so `--moe-runner-backend smallm` refuses such checkpoints at startup.")
