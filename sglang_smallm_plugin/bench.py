@@ -16,9 +16,10 @@ import time
 import torch
 
 from . import gate, kernels
-from .calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16
+from .calls import FP8_BLOCK128, ROW_MAJOR
 from .shapes import SHAPES
 from .testdata import make_call, make_weights
+from .timing import graph_us
 
 DEFAULT_TOKENS = (1, 2, 4, 8, 12, 16, 20, 24, 32, 48)
 
@@ -52,58 +53,26 @@ def call_bytes(call, shape, weight_format) -> tuple:
 def time_graph(calls, reps=20, rounds=3) -> float:
     """Median µs per call of a CUDA graph that launches every call once."""
     outs = [torch.empty_like(c.x) for c in calls]
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
+
+    def body():
         for c, o in zip(calls, outs):
             kernels.run_moe(c, out=o)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for c, o in zip(calls, outs):
-            kernels.run_moe(c, out=o)
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    per = []
-    for _ in range(rounds):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            g.replay()
-        b.record()
-        b.synchronize()
-        per.append(a.elapsed_time(b) * 1e3 / (reps * len(calls)))
-    return statistics.median(per)
+
+    return graph_us(body, len(calls), reps, rounds)
 
 
 def time_read_floor(flats, id_sets, expert_bytes, reps=20, rounds=3) -> float:
     """The read floor: median µs per call of one launch that only reads the touched experts' bytes
     (torch.ops.sglang_smallm.read_floor), best over a few chunkings, same graph discipline as the kernel."""
     sink = torch.zeros(1, dtype=torch.int32, device=flats[0].device)
-    best = None
-    for chunks in (8, 16, 32, 64, 128):
+
+    def body_for(chunks):
         def body():
             for f, ids in zip(flats, id_sets):
                 torch.ops.sglang_smallm.read_floor(f, ids, expert_bytes, chunks, sink)
-        body()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            body()
-        g.replay()
-        torch.cuda.synchronize()
-        per = []
-        for _ in range(rounds):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(reps):
-                g.replay()
-            b.record()
-            b.synchronize()
-            per.append(a.elapsed_time(b) * 1e3 / (reps * len(flats)))
-        us = statistics.median(per)
-        best = us if best is None else min(best, us)
-    return best
+        return body
+
+    return min(graph_us(body_for(chunks), len(flats), reps, rounds) for chunks in (8, 16, 32, 64, 128))
 
 
 def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda", echo=print) -> list:
@@ -161,12 +130,7 @@ def plot(rows, path):
 
 def run(shapes=("qwen35-tp4", "qwen35-tp8"), formats=(FP8_BLOCK128,), layouts=(ROW_MAJOR,),
         tokens=DEFAULT_TOKENS, out_dir=".", copies=8, echo=print) -> list:
-    if not torch.cuda.is_available():
-        raise SystemExit("bench needs a GPU; on CPU run `sglang-smallm demo` instead")
-    mod, why = kernels.load_compiled()
-    if mod is None:
-        raise SystemExit(f"bench: {why}")
-    info = kernels.device_info()
+    info = kernels.require_gpu_kernels("bench", "on CPU run `sglang-smallm demo` instead")
     bw = copy_bandwidth()
     echo(f"bench on {info.name} ({info.arch}) {time.strftime('%Y-%m-%d %H:%M:%S')}; copy bandwidth {bw / 1e12:.3f} TB/s "
          f"(read + write); {copies} weight copies rotated in one CUDA graph")

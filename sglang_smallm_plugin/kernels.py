@@ -58,6 +58,16 @@ def load_compiled() -> tuple:
     return mod, f"loaded {getattr(mod, '__file__', '?')} built for {compiled_arch_of_ops()}"
 
 
+def require_gpu_kernels(tool: str, cpu_hint: str = "") -> DeviceInfo:
+    """For the GPU tools (bench, selftest): the device, or SystemExit with the reason."""
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{tool} needs a GPU" + (f"; {cpu_hint}" if cpu_hint else ""))
+    mod, why = load_compiled()
+    if mod is None:
+        raise SystemExit(f"{tool}: {why}")
+    return device_info()
+
+
 def compiled_arch_of_ops() -> Optional[str]:
     try:
         return torch.ops.sglang_smallm.build_arch()

@@ -10,7 +10,6 @@ length (plus, fused, the activations in, e4m3 values and scales out); the floor 
 copy bandwidth, but a sort this small is launch- and latency-bound, which the table shows.
 """
 
-import statistics
 import time
 
 import torch
@@ -18,6 +17,7 @@ import torch
 from . import kernels, sort_gate
 from .calls import AITER_SORT, TRITON_SORT, SortCall
 from .sort_selftest import make_activations, make_routing
+from .timing import graph_us
 
 DEFAULT_CASES = (
     # (label, E, K, block, tokens)
@@ -28,27 +28,11 @@ DEFAULT_CASES = (
 
 def _time(fn, reps=50, rounds=5) -> float:
     """Median µs per call of fn() captured `reps` times in one CUDA graph."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    def body():
         for _ in range(reps):
             fn()
-    g.replay()
-    torch.cuda.synchronize()
-    per = []
-    for _ in range(rounds):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        per.append(a.elapsed_time(b) * 1e3 / reps)
-    return statistics.median(per)
+
+    return graph_us(body, reps, replays=1, rounds=rounds)
 
 
 def fallback_sort(output_format: str):
@@ -63,10 +47,9 @@ def fallback_sort(output_format: str):
         fn = getattr(mab.moe_align_block_size, "__wrapped__", mab.moe_align_block_size)
         return _with_jit_fallback(fn), "SGLang moe_align_block_size"
     try:
-        from aiter.fused_moe import moe_sorting  # noqa: F401
+        from aiter.fused_moe import moe_sorting
     except Exception as e:  # noqa: BLE001
         return None, f"AITER moe_sorting not importable ({type(e).__name__})"
-    from aiter.fused_moe import moe_sorting
 
     return (lambda ids, w, E, bs, x: moe_sorting(ids, w, E, x.shape[1] if x is not None else 4096,
                                                  torch.bfloat16, bs)), "AITER moe_sorting"
@@ -131,12 +114,7 @@ def agree_with_fallback(fb, E, K, T, bs, routing, seed) -> str:
 
 
 def run(cases=DEFAULT_CASES, formats=(TRITON_SORT, AITER_SORT), echo=print) -> list:
-    if not torch.cuda.is_available():
-        raise SystemExit("sort bench needs a GPU")
-    mod, why = kernels.load_compiled()
-    if mod is None:
-        raise SystemExit(f"sort bench: {why}")
-    info = kernels.device_info()
+    info = kernels.require_gpu_kernels("sort bench")
     echo(f"sort bench on {info.name} ({info.arch}) {time.strftime('%Y-%m-%d %H:%M:%S')}; CUDA graphs of 50 calls")
     rows = []
     for fmt in formats:

@@ -13,7 +13,7 @@ Paths (hip/smallm_sort.h):
 """
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 import torch
 

@@ -48,7 +48,7 @@ def test_demo_on_cpu():
     assert "worst relative error" in r.stdout and ": OK" in r.stdout
 
 
-@pytest.mark.parametrize("cmd", [("bench",), ("selftest",)])
+@pytest.mark.parametrize("cmd", [("bench",), ("selftest",), ("bench", "--sort"), ("selftest", "--what", "sort")])
 def test_gpu_commands_explain_themselves_on_cpu(cmd):
     r = _cli(*cmd)
     assert r.returncode != 0
@@ -60,3 +60,5 @@ def test_isa_command(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "moe fp8_block128 row_major" in r.stdout and "v_cvt_scalef32_pk_bf16_fp8" in r.stdout
     assert (tmp_path / "smallm_moe.gfx950.s").exists()
+    assert "sort aiter compact" in r.stdout and "sort triton distributed" in r.stdout
+    assert (tmp_path / "smallm_sort.gfx950.s").exists()
