@@ -26,7 +26,7 @@ def _fake_aiter(log):
         log.append("aiter_quant")
         return ("aiter-quant-result",)
 
-    def fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None, num_experts=129):
+    def fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None, num_experts=129, quant_type=None):
         s = fm._moe_sorting_impl(topk_ids, topk_weight, num_experts, hidden_states.shape[1], torch.bfloat16, 32,
                                  expert_mask, None, 0, False)
         q = fm.fused_dynamic_mxfp8_quant_moe_sort(hidden_states, s[0], hidden_states.shape[0], 32)
@@ -58,6 +58,15 @@ def wrapped(sglang_smallm):
     return fm, log, sglang_layer, what
 
 
+class _QuantType:  # stand-in of aiter.QuantType members (only .name is read)
+    def __init__(self, name):
+        self.name = name
+
+
+PER_1X32, PER_1X128 = _QuantType("per_1x32"), _QuantType("per_1x128")
+W_FP4 = torch.zeros(129, 8, 32, dtype=torch.uint8)
+
+
 def _inputs(T=3, K=5, E=129, D=64, seed=0):
     g = torch.Generator().manual_seed(seed)
     ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(T)]).to(torch.int32)
@@ -81,7 +90,7 @@ def test_ours_is_outermost_over_sglangs_patch_and_never_twice(wrapped):
 def test_eligible_call_is_served_by_our_sort_with_the_fused_quantisation(wrapped, seed):
     fm, log, _, _ = wrapped
     x, ids, w = _inputs(seed=seed)
-    (sid, sw, eids, nv, buf), (xq, xs) = fm.fused_moe(x, None, None, w, ids)
+    (sid, sw, eids, nv, buf), (xq, xs) = fm.fused_moe(x, W_FP4, None, w, ids, quant_type=PER_1X32)
     assert log == []  # neither SGLang's patch nor AITER ran
     rid, rw, reid, rnv, rxq, rxs = R.moe_sorting_mxfp8(ids, w, x, 129, 32)
     n = int(rnv[0])
@@ -95,7 +104,7 @@ def test_eligible_call_is_served_by_our_sort_with_the_fused_quantisation(wrapped
 def test_declined_call_reaches_sglangs_patch_then_aiter(wrapped):
     fm, log, _, _ = wrapped
     x, ids, w = _inputs()
-    s, q = fm.fused_moe(x, None, None, w, ids, expert_mask=torch.ones(129, dtype=torch.int32))
+    s, q = fm.fused_moe(x, W_FP4, None, w, ids, expert_mask=torch.ones(129, dtype=torch.int32), quant_type=PER_1X32)
     assert s == ("aiter-sort-result",) and q == ("aiter-quant-result",)
     assert log == ["sglang_sort", "aiter_sort", "aiter_quant"]
 
@@ -104,7 +113,7 @@ def test_kernels_off_falls_through(wrapped, monkeypatch):
     monkeypatch.setenv("SGLANG_ROCM_SMALLM_MOE", "0")
     fm, log, _, _ = wrapped
     x, ids, w = _inputs()
-    assert fm.fused_moe(x, None, None, w, ids) == (("aiter-sort-result",), ("aiter-quant-result",))
+    assert fm.fused_moe(x, W_FP4, None, w, ids, quant_type=PER_1X32) == (("aiter-sort-result",), ("aiter-quant-result",))
     assert log == ["sglang_sort", "aiter_sort", "aiter_quant"]
 
 
@@ -120,3 +129,13 @@ def test_no_aiter_means_nothing_to_wrap():
     from sglang_smallm_plugin.sglang_integration import sort
 
     assert sort.install_aiter_sort_wrapper(types.ModuleType("empty")).endswith("sort not wrapped")
+
+
+def test_no_fusion_unless_aiter_wants_mxfp8_activations(wrapped):
+    """FP8 block-scale calls (per_1x128) keep AITER's own activation quantisation; the sort is ours."""
+    fm, log, _, _ = wrapped
+    x, ids, w = _inputs()
+    (sid, sw, eids, nv, buf), q = fm.fused_moe(x, W_FP4, None, w, ids, quant_type=PER_1X128)
+    assert q == ("aiter-quant-result",) and log == ["aiter_quant"]
+    rid, rw, reid, rnv = R.moe_sorting(ids, w, 129, 32)
+    assert torch.equal(nv, rnv) and torch.equal(sid[:int(rnv[0])], rid[:int(rnv[0])])

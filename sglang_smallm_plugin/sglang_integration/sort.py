@@ -75,6 +75,17 @@ def _present_aiter(call, out):
     return out.as_tuple(AITER_SORT)
 
 
+def _wants_mxfp8_activations(hidden_states, args, kwargs) -> bool:
+    """Fuse the activation quantisation only where AITER will ask for MXFP8 activations: per-1x32
+    quantisation (quant_type passed by keyword, as SGLang's AITER runner does) of 1-byte (fp8 /
+    fp4x2) weights. Anything else: no fusion, AITER quantises as it always does."""
+    qt = kwargs.get("quant_type")
+    w1 = args[0] if args else kwargs.get("w1")
+    return (isinstance(hidden_states, torch.Tensor) and hidden_states.dtype == torch.bfloat16
+            and getattr(qt, "name", str(qt)).endswith("per_1x32")
+            and isinstance(w1, torch.Tensor) and w1.element_size() == 1)
+
+
 def _is_ours(fn) -> bool:
     seen = 0
     while fn is not None and seen < 32:
@@ -111,7 +122,8 @@ def install_aiter_sort_wrapper(fm=None) -> str:
     sort_body = wrap_sort(sort_impl, _describe_aiter, selected_backend_is_smallm, present=_present_aiter)
 
     def fused_moe(hidden_states, *args, **kwargs):
-        x_token = _pending_x.set(hidden_states if isinstance(hidden_states, torch.Tensor) else None)
+        wants = _wants_mxfp8_activations(hidden_states, args, kwargs)
+        x_token = _pending_x.set(hidden_states if wants else None)
         e_token = _emitted.set(None)
         try:
             return orig_fused(hidden_states, *args, **kwargs)
