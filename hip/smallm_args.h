@@ -29,6 +29,7 @@ struct MoeArgs {
   unsigned* sync;           // workspace counters, zero before the first call
   int T, K, E, D, I;
   int nblocks;
+  int x_prefetch;           // 1: copy the next phase-1 item's x slices during this one (default)
   float out_scale;
 };
 

@@ -241,6 +241,37 @@ SMALLM_DEV Vec16 load_cached(const void* p) {
 #endif
 }
 
+// 16-byte global -> shared copy that may complete later (cp.async on sm_80+). Copies are grouped
+// by copy_async_commit(); copy_async_wait() waits for all of this thread's groups,
+// copy_async_wait_older() for all but the newest one; a block barrier after the wait publishes
+// the data to the block. Elsewhere the copy is synchronous and the rest are no-ops.
+SMALLM_DEV void copy16_async(void* smem, const void* gmem) {
+#if defined(SMALLM_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+#else
+  *reinterpret_cast<Vec16*>(smem) = load_cached(gmem);
+#endif
+}
+
+SMALLM_DEV void copy_async_commit() {
+#if defined(SMALLM_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+SMALLM_DEV void copy_async_wait() {
+#if defined(SMALLM_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
+}
+
+SMALLM_DEV void copy_async_wait_older() {
+#if defined(SMALLM_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group 1;" ::: "memory");
+#endif
+}
+
 // Data written by other blocks of the same launch, read after an acquire (skips L1 on CUDA).
 SMALLM_DEV float load_coherent(const float* p) {
 #if defined(SMALLM_HIP)

@@ -268,26 +268,70 @@ SMALLM_DEV void phase1_loads(const MoeArgs& a, const Geometry& G, const Routing&
 // Item (distinct expert u, 16-row group grp, K slice ks): thread t owns row t%16 of the group and
 // vectors kvi = ks*64 + t/16 + 16j (j < 4) of it, for gate and up: 8 loads issued at once and kept
 // in registers while all the expert's pairs are accumulated (x slices staged in shared memory).
+// x slices of one pair chunk of a phase-1 item into `xs` (half of the shared stage): at most
+// kXHalf bytes, so a chunk has kMC pairs (fp8) or fewer (mxfp4: its slices are twice as wide).
+constexpr int kXHalf = kStageBytes / 2;
+template <int Fmt>
+SMALLM_DEV int x_chunk_pairs(const Geometry& G) {
+  (void)G;
+  constexpr int per_pair = kSlice1 * (Format<Fmt>::kElems / 8) * 16;
+  constexpr int fit = kXHalf / per_pair;
+  return fit < kMC ? fit : kMC;
+}
+
+template <int Fmt>
+SMALLM_DEV void stage_x_chunk(const MoeArgs& a, const Geometry& G, const Routing& R, int u, int ks, int m0, int mc,
+                              Vec16* xs) {
+  using F = Format<Fmt>;
+  const int t = thread_id();
+  const int k0 = ks * kSlice1;
+  constexpr int kXv = F::kElems / 8;
+  const int slice_vecs = kSlice1 * kXv;
+  const int nvalid = imin(kSlice1, G.nv1 - k0) * kXv;
+  const int beg = R.ucnt[u];
+  for (int i = t; i < mc * slice_vecs; i += kThreads) {
+    const int m = i / slice_vecs, v = i - m * slice_vecs;
+    if (v < nvalid) {
+      const int tok = R.plist[beg + m0 + m] / a.K;
+      copy16_async(xs + i, a.x + (size_t)tok * a.D + (size_t)k0 * F::kElems + v * 8);
+    }
+  }
+}
+
+// Prefetch the first pair chunk of phase-1 item (u, ks) while another item runs.
+template <int Fmt>
+SMALLM_DEV void prefetch_x(const MoeArgs& a, const Geometry& G, const Routing& R, int u, int ks, Vec16* xs) {
+  const int M = R.ucnt[u + 1] - R.ucnt[u];
+  stage_x_chunk<Fmt>(a, G, R, u, ks, 0, imin(x_chunk_pairs<Fmt>(G), M), xs);
+  copy_async_commit();
+}
+
+// Item (distinct expert u, 16-row group grp, K slice ks): thread t owns row t%16 of the group and
+// vectors kvi = ks*64 + t/16 + 16j (j < 4) of it, for gate and up: 8 loads issued at once and kept
+// in registers while all the expert's pairs are accumulated (x slices staged in shared memory;
+// the first chunk's already on its way when `prefetched`, and the next item's after it when
+// `newer_copies`).
 template <int Fmt, int Layout>
 SMALLM_DEV void phase1_item(const MoeArgs& a, const Geometry& G, const Routing& R, int u, int grp, int ks,
-                            Loads& L, float (*red)[2][kMC][16], uint8_t* stage) {
+                            Loads& L, float (*red)[2][kMC][16], Vec16* xs, bool prefetched, bool newer_copies) {
   using F = Format<Fmt>;
   const int t = thread_id(), r = t & 15, c = t >> 4, w = t / kWarp;
   const int lead = R.ulead[u];
   const int k0 = ks * kSlice1;
   constexpr int kXv = F::kElems / 8;             // bf16 vectors of x per weight vector
   const int slice_vecs = kSlice1 * kXv;           // x vectors per pair in this slice
-  const int nvalid = imin(kSlice1, G.nv1 - k0) * kXv;
-  Vec16* xs = reinterpret_cast<Vec16*>(stage);
   const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
-  for (int m0 = 0; m0 < M; m0 += kMC) {
-    const int mc = imin(kMC, M - m0);
-    for (int i = t; i < mc * slice_vecs; i += kThreads) {
-      const int m = i / slice_vecs, v = i - m * slice_vecs;
-      if (v < nvalid) {
-        const int tok = R.plist[beg + m0 + m] / a.K;
-        xs[i] = load_cached(a.x + (size_t)tok * a.D + (size_t)k0 * F::kElems + v * 8);
-      }
+  const int chunk = x_chunk_pairs<Fmt>(G);
+  for (int m0 = 0; m0 < M; m0 += chunk) {
+    const int mc = imin(chunk, M - m0);
+    if (m0 > 0 || !prefetched) {
+      stage_x_chunk<Fmt>(a, G, R, u, ks, m0, mc, xs);
+      copy_async_commit();
+      copy_async_wait();
+    } else if (newer_copies) {
+      copy_async_wait_older();  // this item's copies, not the next item's
+    } else {
+      copy_async_wait();
     }
     block_sync();
     // One pair at a time (runtime loop): registers hold the 8 weight vectors, not kMC x 8 x-slices.
@@ -321,9 +365,9 @@ SMALLM_DEV void phase1_item(const MoeArgs& a, const Geometry& G, const Routing& 
         a.h[(((size_t)p * G.ksplit + ks) * 2 + half) * a.I + grp * 16 + rr] = v;
       }
     }
-    block_sync();  // red and the x slices are reused by the next pair chunk
+    if (m0 + chunk < M) block_sync();  // red and the x slices are reused by the next pair chunk
   }
-  publish_block_writes();
+  publish_block_writes();  // also ends the last chunk's use of red and the x slices
   if (t == 0) signal_add(&a.sync[kSyncDone1 + lead], 1u);
 }
 
@@ -465,10 +509,12 @@ __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
       phase2_loads<Fmt, Layout>(a, G, R, i2 / G.ndr, i2 % G.ndr, L);
     }
   };
-  auto process = [&](int it, Loads& L) {
+  auto xhalf = [&](int h) { return reinterpret_cast<Vec16*>(stage + h * kXHalf); };
+  auto process = [&](int it, Loads& L, int half, bool prefetched, bool newer_copies) {
     if (it < n1) {
       const int u = it / G.n1per, rest = it - u * G.n1per;
-      phase1_item<Fmt, Layout>(a, G, R, u, rest / G.ksplit, rest % G.ksplit, L, red, stage);
+      phase1_item<Fmt, Layout>(a, G, R, u, rest / G.ksplit, rest % G.ksplit, L, red, xhalf(half), prefetched,
+                               newer_copies);
     } else {
       const int i2 = it - n1;
       phase2_item<Fmt, Layout>(a, G, R, i2 / G.ndr, i2 % G.ndr, L, reinterpret_cast<float*>(stage));
@@ -480,16 +526,26 @@ __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
     // Software pipeline across items: the next item's weights are in flight while this one
     // computes, reduces and signals. Tickets are fetched one item further ahead.
     if (t == 0) R.next = (int)atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
+    // Between two phase-1 items the next one's x slices are copied into the other half of the
+    // stage while this one runs (phase 2 uses the whole stage, so never around it).
     Loads cur, nxt;
     issue(item, cur);
     block_sync();
-    int next = R.next;
+    int next = R.next, half = 0;
+    bool prefetched = false;
     while (item < n) {
       block_sync();  // everyone has read R.next
       unsigned tk = 0;
       if (t == 0 && next < n) tk = atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
       issue(next, nxt);
-      process(item, cur);
+      const bool pre_next = a.x_prefetch && item < n1 && next < n1;
+      if (pre_next) {
+        const int un = next / G.n1per;
+        prefetch_x<Fmt>(a, G, R, un, (next - un * G.n1per) % G.ksplit, xhalf(half ^ 1));
+      }
+      process(item, cur, half, prefetched, pre_next);
+      half ^= 1;
+      prefetched = pre_next;
       if (t == 0 && next < n) R.next = (int)tk;
       block_sync();
       item = next;
@@ -502,7 +558,7 @@ __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
       unsigned tk = 0;
       if (t == 0) tk = atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
       issue(item, cur);
-      process(item, cur);
+      process(item, cur, 0, false, false);
       if (t == 0) R.next = (int)tk;
       block_sync();
       item = R.next;

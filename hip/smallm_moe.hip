@@ -83,16 +83,22 @@ int launch_variant(const smallm::MoeArgs& args, int fmt, int layout, gpuStream_t
 int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* stream) {
   gpuStream_t s = reinterpret_cast<gpuStream_t>(stream);
   // SMALLM_KERNEL_VARIANT selects an experimental variant (read once per process).
+  static const int x_prefetch = [] {  // SMALLM_X_PREFETCH=0 turns the x-slice prefetch off (A/B runs)
+    const char* v = getenv("SMALLM_X_PREFETCH");
+    return v && v[0] == '0' ? 0 : 1;
+  }();
+  smallm::MoeArgs a = args;
+  a.x_prefetch = x_prefetch;
   static const int variant = [] {
     const char* v = getenv("SMALLM_KERNEL_VARIANT");
     const int x = v ? atoi(v) : 0;
     return x >= 0 && x < kVariants ? x : 0;
   }();
 #if !defined(SMALLM_HIP)
-  if (variant == 1) return launch_variant<1>(args, fmt, layout, s);
-  if (variant == 2) return launch_variant<2>(args, fmt, layout, s);
+  if (variant == 1) return launch_variant<1>(a, fmt, layout, s);
+  if (variant == 2) return launch_variant<2>(a, fmt, layout, s);
 #endif
-  return launch_variant<0>(args, fmt, layout, s);
+  return launch_variant<0>(a, fmt, layout, s);
 }
 
 #ifndef SMALLM_BUILD_ARCH
