@@ -374,39 +374,6 @@ SMALLM_DEV float e2m1_to_f32_portable(uint32_t n) {
   return (n & 8u) ? -v : v;
 }
 
-// ------------------------------------------------------------------ fp8 decode on CUDA, in integer ops
-// sm_90 has no fp8 x bf16 dot, and its fp8 -> f16 -> f32 conversions run on the narrow conversion
-// pipe. Instead an e4m3 byte is moved into the top byte of a word (PRMT) and its magnitude bits
-// shifted under the fp32 exponent field (SHR + LOP3): the fp32 read that way is the e4m3 value
-// times 2^-120, exactly, subnormals included (they become fp32 denormals). Activations get 2^32
-// added to their exponent field (IADD; |x| < 2^96, zeros end as 2^-95 whose products with any
-// weight underflow to 0), the staged phase-2 intermediate is multiplied by 2^64, so products stay
-// normal; the block scales carry the inverse factors (kFp8Scale1, kFp8Scale2), powers of two.
-// SMALLM_FP8_INT_DECODE=0 keeps the conversion-instruction path.
-#if defined(SMALLM_CUDA) && !defined(SMALLM_FP8_INT_DECODE)
-#define SMALLM_FP8_INT_DECODE 1
-#endif
-#if defined(SMALLM_CUDA) && SMALLM_FP8_INT_DECODE
-#define SMALLM_FP8_INT 1
-constexpr float kFp8Scale1 = 0x1p88f;  // phase 1: 2^120 (weights) / 2^32 (activations)
-constexpr float kFp8Scale2 = 0x1p56f;  // phase 2: 2^120 (weights) / 2^64 (staged intermediate)
-constexpr float kFp8HStage = 0x1p64f;
-#else
-constexpr float kFp8Scale1 = 1.0f;
-constexpr float kFp8Scale2 = 1.0f;
-constexpr float kFp8HStage = 1.0f;
-#endif
-
-#if defined(SMALLM_FP8_INT) && defined(__CUDA_ARCH__)
-template <int K>  // byte K of w -> its e4m3 value x 2^-120 as fp32
-SMALLM_DEV float e4m3_scaled(uint32_t w) {
-  const uint32_t p = __byte_perm(w, 0u, 0x0444u | (K << 12));
-  return __uint_as_float(((p >> 4) & 0x07f00000u) | (p & 0x80000000u));
-}
-SMALLM_DEV float bf16_lo_x(uint32_t w) { return __uint_as_float((w << 16) + (32u << 23)); }
-SMALLM_DEV float bf16_hi_x(uint32_t w) { return __uint_as_float((w & 0xffff0000u) + (32u << 23)); }
-#endif
-
 // ------------------------------------------------------------------ micro-operations
 // dot of 16 e4m3 weights (one 16-byte vector) with 16 bf16 activations (two vectors).
 SMALLM_DEV float dot16_fp8_bf16(const Vec16& w, const Vec16& xa, const Vec16& xb) {
@@ -421,18 +388,6 @@ SMALLM_DEV float dot16_fp8_bf16(const Vec16& w, const Vec16& xa, const Vec16& xb
     bf2 w23 = __builtin_amdgcn_cvt_scalef32_pk_bf16_fp8(w.w[i], 1.0f, true);
     acc = __builtin_amdgcn_fdot2_f32_bf16(w01, __builtin_bit_cast(bf2, xw0), acc, false);
     acc = __builtin_amdgcn_fdot2_f32_bf16(w23, __builtin_bit_cast(bf2, xw1), acc, false);
-  }
-  return acc;
-#elif defined(SMALLM_FP8_INT) && defined(__CUDA_ARCH__)
-  float acc = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t xw0 = i < 2 ? xa.w[2 * i] : xb.w[2 * i - 4];
-    const uint32_t xw1 = i < 2 ? xa.w[2 * i + 1] : xb.w[2 * i - 3];
-    acc = ffma(e4m3_scaled<0>(w.w[i]), bf16_lo_x(xw0), acc);
-    acc = ffma(e4m3_scaled<1>(w.w[i]), bf16_hi_x(xw0), acc);
-    acc = ffma(e4m3_scaled<2>(w.w[i]), bf16_lo_x(xw1), acc);
-    acc = ffma(e4m3_scaled<3>(w.w[i]), bf16_hi_x(xw1), acc);
   }
   return acc;
 #elif defined(SMALLM_SM89_FP8)
@@ -519,9 +474,6 @@ SMALLM_DEV void decode_pair_fp8(const Vec16& w, float& lo, float& hi) {
   f2 v = __builtin_amdgcn_cvt_scalef32_pk_f32_fp8(w.w[P / 2], 1.0f, (P % 2) == 1);
   lo = v.x;
   hi = v.y;
-#elif defined(SMALLM_FP8_INT) && defined(__CUDA_ARCH__)
-  lo = e4m3_scaled<2 * (P % 2)>(w.w[P / 2]);
-  hi = e4m3_scaled<2 * (P % 2) + 1>(w.w[P / 2]);
 #elif defined(SMALLM_SM89_FP8)
   __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)((w.w[P / 2] >> (16 * (P % 2))) & 0xffffu), __NV_E4M3);
   float2 f = __half22float2(*reinterpret_cast<__half2*>(&h));

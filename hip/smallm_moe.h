@@ -55,7 +55,6 @@ template <>
 struct Format<kFp8Block128> {
   static constexpr int kElems = 16;  // values per 16-byte vector
   static constexpr int kRowBytesDiv = 1;
-  static constexpr float kScale1 = kFp8Scale1, kScale2 = kFp8Scale2, kHStage = kFp8HStage;
   // Scale of vector `kvi` in row `row` of expert `e`'s [rows, kdim] matrix.
   template <int Layout>
   SMALLM_DEV static float scale(const void* s, int e, int rows, int kdim, int row, int kvi) {
@@ -73,7 +72,6 @@ template <>
 struct Format<kMxfp4> {
   static constexpr int kElems = 32;
   static constexpr int kRowBytesDiv = 2;
-  static constexpr float kScale1 = 1.0f, kScale2 = 1.0f, kHStage = 1.0f;
   // e8m0 per 32 values: one scale per vector. Shuffled weights come with scales in AITER's
   // e8m0_shuffle layout over the flattened [E*rows, kdim/32] matrix (columns padded to 8).
   template <int Layout>
@@ -261,8 +259,8 @@ SMALLM_DEV void phase1_loads(const MoeArgs& a, const Geometry& G, const Routing&
   for (int j = 0; j < kJ1; ++j) {
     const int kvi = ks * kSlice1 + c + 16 * j;
     if (kvi < G.nv1) {
-      L.s[j] = F::kScale1 * F::template scale<Layout>(a.s13, e, rows13, a.D, rg, kvi);
-      L.s[kJ1 + j] = F::kScale1 * F::template scale<Layout>(a.s13, e, rows13, a.D, ru, kvi);
+      L.s[j] = F::template scale<Layout>(a.s13, e, rows13, a.D, rg, kvi);
+      L.s[kJ1 + j] = F::template scale<Layout>(a.s13, e, rows13, a.D, ru, kvi);
     }
   }
 }
@@ -393,7 +391,7 @@ SMALLM_DEV void phase2_loads(const MoeArgs& a, const Geometry& G, const Routing&
 #pragma unroll
   for (int j = 0; j < kV2; ++j) {
     const int kvi = kp + G.tpr * j;
-    if (live && j < G.vpt && kvi < G.nv2) L.s[j] = F::kScale2 * F::template scale<Layout>(a.s2, e, a.D, a.I, row, kvi);
+    if (live && j < G.vpt && kvi < G.nv2) L.s[j] = F::template scale<Layout>(a.s2, e, a.D, a.I, row, kvi);
   }
 }
 
@@ -419,7 +417,7 @@ SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, Routing& R, int
         gs += load_coherent(pp + (size_t)(2 * s) * a.I);
         us += load_coherent(pp + (size_t)(2 * s + 1) * a.I);
       }
-      hs[m * kMaxInter + k] = silu(gs) * us * F::kHStage;  // exact: a power of two
+      hs[m * kMaxInter + k] = silu(gs) * us;
     }
     block_sync();
     // One pair at a time (runtime loop); opaque() stops the compiler from hoisting the decoded
