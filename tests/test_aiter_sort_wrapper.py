@@ -139,3 +139,25 @@ def test_no_fusion_unless_aiter_wants_mxfp8_activations(wrapped):
     assert q == ("aiter-quant-result",) and log == ["aiter_quant"]
     rid, rw, reid, rnv = R.moe_sorting(ids, w, 129, 32)
     assert torch.equal(nv, rnv) and torch.equal(sid[:int(rnv[0])], rid[:int(rnv[0])])
+
+
+def test_installed_when_the_aiter_fallback_runner_is_built(sglang_smallm, monkeypatch):
+    """build_smallm_runner calls after_fallback_built once SGLang's AITER runner (and so SGLang's own
+    sort patch) exists; a Triton fallback leaves AITER alone."""
+    import sys
+
+    from sglang.srt.layers.moe.utils import MoeRunnerBackend
+
+    from sglang_smallm_plugin.sglang_integration import sort
+
+    log = []
+    fm = _fake_aiter(log)
+    monkeypatch.setitem(sys.modules, "aiter", types.ModuleType("aiter"))
+    monkeypatch.setitem(sys.modules, "aiter.fused_moe", fm)
+    before = fm._moe_sorting_impl
+    sort.after_fallback_built(MoeRunnerBackend.TRITON)
+    assert fm._moe_sorting_impl is before
+    sort.after_fallback_built(MoeRunnerBackend.AITER)
+    assert fm._moe_sorting_impl is not before and fm._moe_sorting_impl.__wrapped__ is before
+    sort.after_fallback_built(MoeRunnerBackend.AITER)  # a second layer: still wrapped once
+    assert fm._moe_sorting_impl.__wrapped__ is before
