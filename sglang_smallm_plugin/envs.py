@@ -27,7 +27,10 @@ BUILD = Switch("SGLANG_SMALLM_BUILD", "auto",
 ARCH = Switch("SGLANG_SMALLM_ARCH", "", "override the build target (e.g. gfx950, gfx942, sm_90a)")
 LOG_ALL_RANKS = Switch("SGLANG_SMALLM_LOG_ALL_RANKS", "0", "1 logs path decisions on every rank, not only rank 0")
 
-KERNEL_VARIANT = Switch("SMALLM_KERNEL_VARIANT", "0",
-                        "experiment (read by the kernel launcher): 0 pipelined (default), 1 and 2 occupancy variants, CUDA only")
+KERNEL_VARIANT = Switch("SMALLM_KERNEL_VARIANT", "",
+                        "experiment (read by the kernel launcher, CUDA only): unset = FP8 1, MXFP4 0; "
+                        "0 pipelined, 1 no pipelining 3 blocks/SM, 2 4 blocks/SM")
+X_PREFETCH = Switch("SMALLM_X_PREFETCH", "1",
+                    "experiment (kernel launcher): 0 turns off copying the next item's activations early")
 
-ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT)
+ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, X_PREFETCH)
