@@ -36,6 +36,9 @@ def main(a) -> int:
         for target, applied in hooks_status():
             _line("hook", f"{'ok ' if applied is True else 'NOT APPLIED '}{target}" +
                   ("" if applied is True or applied is False else f" ({applied})"))
+        from .sglang_integration.sort import aiter_wrapper_status
+
+        _line("AITER sort wrapper", aiter_wrapper_status())
     print("Device")
     info = kernels.device_info()
     _line("device", f"{info.name} ({info.kind}, arch {info.arch})")

@@ -161,3 +161,25 @@ def test_installed_when_the_aiter_fallback_runner_is_built(sglang_smallm, monkey
     assert fm._moe_sorting_impl is not before and fm._moe_sorting_impl.__wrapped__ is before
     sort.after_fallback_built(MoeRunnerBackend.AITER)  # a second layer: still wrapped once
     assert fm._moe_sorting_impl.__wrapped__ is before
+
+
+def test_doctor_reports_the_aiter_wrapper(sglang_smallm, monkeypatch):
+    import sys
+
+    from sglang_smallm_plugin.sglang_integration import sort
+
+    assert sort.aiter_wrapper_status().startswith("AITER not installed")
+    fm = _fake_aiter([])
+    aiter = types.ModuleType("aiter")
+    aiter.__spec__ = importlib_spec("aiter")
+    monkeypatch.setitem(sys.modules, "aiter", aiter)
+    monkeypatch.setitem(sys.modules, "aiter.fused_moe", fm)
+    assert sort.aiter_wrapper_status().startswith("not wrapped yet")
+    sort.install_aiter_sort_wrapper(fm)
+    assert sort.aiter_wrapper_status() == "wrapped (outermost)"
+
+
+def importlib_spec(name):
+    import importlib.machinery
+
+    return importlib.machinery.ModuleSpec(name, None)

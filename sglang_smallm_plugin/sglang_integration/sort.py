@@ -154,6 +154,22 @@ def _is_sglang_patched(fn) -> bool:
     return "sglang" in (getattr(fn, "__module__", "") or "") or getattr(fn, "__wrapped__", None) is not None
 
 
+def aiter_wrapper_status() -> str:
+    """For doctor: is AITER's sort wrapped, and if not, why."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("aiter") is None:
+        return "AITER not installed: nothing to wrap (on CUDA the Triton sort hook serves)"
+    try:
+        fm = importlib.import_module(AITER_MODULE)
+    except Exception as e:  # noqa: BLE001 - report, never fail doctor
+        return f"{AITER_MODULE} failed to import: {type(e).__name__}: {e}"
+    if _is_ours(getattr(fm, "_moe_sorting_impl", None)):
+        return "wrapped (outermost)"
+    return "not wrapped yet: done when the first AITER fallback runner is built (server start)"
+
+
 def after_fallback_built(fallback_backend) -> None:
     """Called once a fallback runner exists: the AITER runner's constructor has applied SGLang's own
     sort patch by then, so wrapping now puts ours outermost."""
