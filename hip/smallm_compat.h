@@ -34,9 +34,15 @@
 #elif defined(__CUDACC__)
 #define SMALLM_CUDA 1
 #include <cuda_runtime.h>
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define SMALLM_SM80_ASYNC 1  // cp.async
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 #include <cuda_fp8.h>
 #define SMALLM_SM89_FP8 1
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SMALLM_SM90_PDL 1  // griddepcontrol
 #endif
 #endif
 
@@ -86,13 +92,13 @@ SMALLM_DEV int block_id() {
 // and their writes are visible (a no-op when launched without the attribute, and on other
 // targets); then let the next grid in the stream start its launch early.
 SMALLM_DEV void grid_dependency_wait() {
-#if defined(SMALLM_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(SMALLM_SM90_PDL)
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
 SMALLM_DEV void grid_dependents_launch() {
-#if defined(SMALLM_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(SMALLM_SM90_PDL)
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
@@ -246,7 +252,7 @@ SMALLM_DEV Vec16 load_cached(const void* p) {
 // copy_async_wait_older() for all but the newest one; a block barrier after the wait publishes
 // the data to the block. Elsewhere the copy is synchronous and the rest are no-ops.
 SMALLM_DEV void copy16_async(void* smem, const void* gmem) {
-#if defined(SMALLM_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(SMALLM_SM80_ASYNC)
   const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 #else
@@ -255,19 +261,19 @@ SMALLM_DEV void copy16_async(void* smem, const void* gmem) {
 }
 
 SMALLM_DEV void copy_async_commit() {
-#if defined(SMALLM_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(SMALLM_SM80_ASYNC)
   asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
 }
 
 SMALLM_DEV void copy_async_wait() {
-#if defined(SMALLM_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(SMALLM_SM80_ASYNC)
   asm volatile("cp.async.wait_group 0;" ::: "memory");
 #endif
 }
 
 SMALLM_DEV void copy_async_wait_older() {
-#if defined(SMALLM_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(SMALLM_SM80_ASYNC)
   asm volatile("cp.async.wait_group 1;" ::: "memory");
 #endif
 }

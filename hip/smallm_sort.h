@@ -38,6 +38,20 @@ struct SortShared {
 
 SMALLM_DEV int pad_to(int n, int b) { return (n + b - 1) / b * b; }
 
+SMALLM_DEV Vec16 zero_vec16() {
+  Vec16 z;
+  z.w[0] = z.w[1] = z.w[2] = z.w[3] = 0u;
+  return z;
+}
+
+// Record bucket k's output blocks: rows [off, off + padded), real rows [off, off + count).
+SMALLM_DEV void record_bucket_blocks(SortShared& s, int k, int off, int padded, int count, int block) {
+  for (int q = 0; q < padded / block; ++q) {
+    s.blk_key[off / block + q] = k;
+    s.blk_pad[off / block + q] = off + count;
+  }
+}
+
 // Byte offset of the e8m0 scale of (sorted row r, 32-group j): 32-row x 8-column tiles of 256
 // bytes, tiles row-major; inside a tile [j % 4][r % 16][(j / 4) % 2][(r / 16) % 2].
 SMALLM_DEV long scale_offset(int r, int j, int scale_cols) {
@@ -75,13 +89,7 @@ SMALLM_DEV void plan_compact(SortShared& s, int P, int block, int t) {
     }
     if (t == 0) s.total = tot;
     s.pos[t] = k >= 0 ? off + r : -1;
-    if (k >= 0 && r == 0) {
-      const int nb = s.cnt[t] / block;
-      for (int q = 0; q < nb; ++q) {
-        s.blk_key[off / block + q] = k;
-        s.blk_pad[off / block + q] = off + c;
-      }
-    }
+    if (k >= 0 && r == 0) record_bucket_blocks(s, k, off, s.cnt[t], c, block);
   }
   if (P == 0 && t == 0) s.total = 0;
   block_sync();
@@ -115,13 +123,8 @@ SMALLM_DEV void plan_distributed(SortShared& s, int P, int NB, int block, int t)
     for (int j = 0; j < t; ++j) r += s.key[j] == k;
     s.pos[t] = k >= 0 ? s.off[k] + r : -1;
   }
-  for (int b = t; b < NB; b += kSortThreads) {  // used output blocks of each bucket
-    const int o = s.off[b], nb = (s.off[b + 1] - o) / block;
-    for (int q = 0; q < nb; ++q) {
-      s.blk_key[o / block + q] = b;
-      s.blk_pad[o / block + q] = o + s.cnt[b];
-    }
-  }
+  for (int b = t; b < NB; b += kSortThreads)  // used output blocks of each bucket
+    record_bucket_blocks(s, b, s.off[b], s.off[b + 1] - s.off[b], s.cnt[b], block);
   block_sync();
 }
 
@@ -134,8 +137,7 @@ SMALLM_DEV void plan_distributed(SortShared& s, int P, int NB, int block, int t)
 SMALLM_DEV void zero_padding_scale_rows(const SortArgs& a, const SortShared& s, int w, int n, int t) {
   const int vec_per_row32 = a.scale_cols * 2;  // (scale_cols / 8) tiles x 16 vectors
   const int units = s.total / 32 * vec_per_row32;
-  Vec16 z;
-  z.w[0] = z.w[1] = z.w[2] = z.w[3] = 0u;
+  const Vec16 z = zero_vec16();
   for (int u = w * kSortThreads + t; u < units; u += n * kSortThreads) {
     const int g = u / vec_per_row32, v = u - g * vec_per_row32;
     int ps = s.blk_pad[(g * 32) / a.block] - g * 32;
@@ -165,8 +167,7 @@ __global__ void __launch_bounds__(kSortThreads) smallm_sort_kernel(SortArgs a) {
 
   if (bid >= S + Q) {  // zero-fill workgroups: no plan needed
     const int zb = bid - S - Q;
-    Vec16 z;
-    z.w[0] = z.w[1] = z.w[2] = z.w[3] = 0u;
+    const Vec16 z = zero_vec16();
     Vec16* dst = reinterpret_cast<Vec16*>(a.zero);
     for (long v = (long)zb * kSortThreads + t; v < a.zero_vecs; v += (long)a.zero_blocks * kSortThreads) dst[v] = z;
     return;
