@@ -16,6 +16,8 @@ import torch
 
 from .calls import AITER_SORT, FP8_BLOCK128, MXFP4, SHUFFLE16, MoeCall, SortCall, SortOutput
 from .gate import MAX_PAIRS
+from .reference.sorting import scale_cols, triton_buffer_sizes
+from .sort_gate import PATH_CODES
 
 logger = logging.getLogger("sglang_smallm")
 
@@ -159,8 +161,6 @@ SORT_FORMAT_CODES = {AITER_SORT: 0, "triton": 1}
 
 def sort_buffers(call: SortCall) -> SortOutput:
     """Output buffers of the sizes the wrapped sort returns (AITER's capacity or SGLang's sizes)."""
-    from .reference.sorting import scale_cols, triton_buffer_sizes
-
     ids = call.topk_ids
     dev = ids.device
     T, K, E, bs = call.num_tokens, call.top_k, call.num_experts, call.block_size
@@ -187,8 +187,6 @@ def sort_buffers(call: SortCall) -> SortOutput:
 def run_sort(call: SortCall, path: str, out: Optional[SortOutput] = None) -> SortOutput:
     """Run the compiled sort on an eligible call (the sort gate chose `path`). `out` may carry
     preallocated (e.g. poisoned) buffers of sort_buffers' sizes."""
-    from .sort_gate import PATH_CODES
-
     mod, why = load_compiled()
     if mod is None:
         raise RuntimeError(f"sglang-smallm: {why}")

@@ -44,12 +44,15 @@ class CompiledSortProvider:
         if not ok:
             return False, why
         path, why = sort_gate.choose_path(call, kernels.device_info(call.topk_ids.device).arch)
+        call.extra["sort_path"] = path  # run() uses the path the gate chose
         return path is not None, why
 
     def run(self, call: SortCall):
-        path, why = sort_gate.choose_path(call, kernels.device_info(call.topk_ids.device).arch)
+        path = call.extra.get("sort_path")
         if path is None:
-            raise RuntimeError(f"sglang-smallm: sort called on an ineligible call ({why})")
+            path, why = sort_gate.choose_path(call, kernels.device_info(call.topk_ids.device).arch)
+            if path is None:
+                raise RuntimeError(f"sglang-smallm: sort called on an ineligible call ({why})")
         return kernels.run_sort(call, path)
 
 

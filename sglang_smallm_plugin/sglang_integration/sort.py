@@ -14,6 +14,7 @@ We install after SGLang's patch, so ours is outermost and SGLang's patch (then A
 declined call reaches. A marker on our wrappers keeps us from ever wrapping twice.
 """
 
+import functools
 import logging
 from contextvars import ContextVar
 
@@ -38,8 +39,14 @@ def _describe_triton(topk_ids, block_size, num_experts, ignore_invalid_expert=Fa
                     block_size=int(block_size), output_format=TRITON_SORT), ""
 
 
+_triton_wrappers: dict = {}  # original -> its wrapper, built once (with one provider selector)
+
+
 def around_triton_sort(original, *args, **kwargs):
-    return wrap_sort(original, _describe_triton, selected_backend_is_smallm)(*args, **kwargs)
+    wrapper = _triton_wrappers.get(original)
+    if wrapper is None:
+        wrapper = _triton_wrappers.setdefault(original, wrap_sort(original, _describe_triton, selected_backend_is_smallm))
+    return wrapper(*args, **kwargs)
 
 
 HOOKS = ((TRITON_SORT_TARGET, around_triton_sort),)
@@ -96,11 +103,8 @@ def _is_ours(fn) -> bool:
 
 
 def _mark(wrapper, original):
-    wrapper.__wrapped__ = original
+    functools.update_wrapper(wrapper, original)  # name, doc, __wrapped__ = original
     setattr(wrapper, MARK, True)
-    for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
-        if hasattr(original, attr):
-            setattr(wrapper, attr, getattr(original, attr))
     return wrapper
 
 
@@ -131,11 +135,8 @@ def install_aiter_sort_wrapper(fm=None) -> str:
             _emitted.reset(e_token)
             _pending_x.reset(x_token)
 
-    def sorting_impl(*args, **kwargs):
-        return sort_body(*args, **kwargs)
-
     fm.fused_moe = _mark(fused_moe, orig_fused)
-    fm._moe_sorting_impl = _mark(sorting_impl, sort_impl)
+    fm._moe_sorting_impl = _mark(sort_body, sort_impl)
     if orig_quant is not None:
         def mxfp8_quant_sort(input, sorted_ids, *args, **kwargs):
             pre = _emitted.get()
