@@ -91,8 +91,8 @@ def agree_with_fallback(fb, E, K, T, bs, routing, seed) -> str:
     expert id of every used block and each expert's set of pair ids must be equal."""
     ids, _ = make_routing(T, K, E, routing, seed, "cuda")
     call = SortCall(topk_ids=ids, topk_weights=None, num_experts=E, block_size=bs, output_format=TRITON_SORT)
-    path = sort_gate.COMPACT if call.num_pairs <= sort_gate.compact_limit(bs) else sort_gate.DISTRIBUTED
-    if path == sort_gate.DISTRIBUTED and (E > sort_gate.DIST_MAX_EXPERTS or call.num_pairs > sort_gate.DIST_MAX_PAIRS):
+    path = sort_gate.kernel_path(call)
+    if path is None:
         return "skipped (no path)"
     ours = kernels.run_sort(call, path)
     sid, eid, n = (t.cpu() for t in fb(ids, None, E, bs, None))
@@ -139,11 +139,9 @@ def run(cases=DEFAULT_CASES, formats=(TRITON_SORT, AITER_SORT), echo=print) -> l
                                     block_size=bsz, output_format=fmt)
                     if fused:
                         call.fuse_mxfp8_of = make_activations(T, 4096, 0, "cuda")
-                    path, reason = sort_gate.choose_path(call, "gfx950")  # the gfx950 rule table's path
-                    here, _ = sort_gate.choose_path(call, info.arch)     # what this device's gate does
-                    forced = path or (sort_gate.COMPACT if call.num_pairs <= sort_gate.compact_limit(bsz)
-                                      else sort_gate.DISTRIBUTED if call.num_pairs <= sort_gate.DIST_MAX_PAIRS
-                                      and E <= sort_gate.DIST_MAX_EXPERTS else None)
+                    path, _ = sort_gate.choose_path(call, "gfx950")  # the gfx950 rule table's path
+                    here, _ = sort_gate.choose_path(call, info.arch)  # what this device's gate does
+                    forced = path or sort_gate.kernel_path(call)
                     ours = None
                     if forced is not None:
                         buf = kernels.sort_buffers(call)

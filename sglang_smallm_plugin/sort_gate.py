@@ -47,6 +47,12 @@ def _dist_fits(c: SortCall) -> bool:
     return c.num_pairs <= DIST_MAX_PAIRS and c.num_experts <= DIST_MAX_EXPERTS
 
 
+def kernel_path(call: SortCall):
+    """The path the kernel itself can take for this call, whatever a device's table says (benchmarks,
+    comparisons): compact where it fits, else distributed where it fits, else None."""
+    return COMPACT if _compact_fits(call) else DISTRIBUTED if _dist_fits(call) else None
+
+
 _COMPACT_RULE = "pairs <= min(64, 2 x block_size)"
 _DIST_RULE = f"pairs <= {DIST_MAX_PAIRS} and experts <= {DIST_MAX_EXPERTS}"
 

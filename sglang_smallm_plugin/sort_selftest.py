@@ -145,12 +145,10 @@ def check_sort_case(E, K, T, block, output_format, routing, seed, device, fused=
         call.fuse_mxfp8_of = make_activations(T, D, seed, device)
     if output_format == AITER_SORT:
         call.moe_buf = ((T, D), torch.bfloat16)
-    arch = kernels.device_info(device).arch
+    path = path or sort_gate.kernel_path(call)
     if path is None:
-        path, why = sort_gate.choose_path(call, "gfx950" if not arch.startswith(sort_gate.SUPPORTED_ARCHS) else arch)
-        if path is None:
-            return SortResult(_name(E, K, T, block, output_format, routing, seed, fused, "-"), False,
-                              f"no sort path: {why}")
+        return SortResult(_name(E, K, T, block, output_format, routing, seed, fused, "-"), False,
+                          f"the sort kernel has no path for {call.num_pairs} pairs over {E} experts")
     name = _name(E, K, T, block, output_format, routing, seed, fused, path)
     out = kernels.run_sort(call, path, _poisoned(kernels.sort_buffers(call)))
     torch.cuda.synchronize()

@@ -74,3 +74,14 @@ def test_eligible_call_names_its_path_and_source():
     path, why = sort_gate.choose_path(_call(fuse_mxfp8_of=torch.zeros(4, 64, dtype=torch.bfloat16),
                                             moe_buf=((4, 64), torch.bfloat16)), "gfx950")
     assert path == "compact" and "upstream MI355X" in why
+
+
+def test_kernel_path_ignores_device_tables_but_not_kernel_limits():
+    def call(T, K, E, bs=16):
+        return SortCall(topk_ids=torch.empty(T, K, dtype=torch.int32, device="meta"), topk_weights=None,
+                        num_experts=E, block_size=bs, output_format=TRITON_SORT)
+
+    assert sort_gate.kernel_path(call(2, 11, 513)) == "compact"      # sm_90's table hands this over
+    assert sort_gate.kernel_path(call(8, 5, 129)) == "distributed"
+    assert sort_gate.kernel_path(call(3, 11, 513)) is None            # 33 pairs > 32, E > 256
+    assert sort_gate.kernel_path(call(52, 5, 129)) is None            # 260 pairs > 256
