@@ -8,12 +8,14 @@ padded length (the poison survives); AITER's moe_buf zeroed; bit-identical on a 
 and on a CUDA-graph replay.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
-from . import kernels, reference, sort_gate
+from . import kernels, sort_gate
 from .calls import AITER_SORT, TRITON_SORT, SortCall, SortOutput
+from .providers.reference import ReferenceSortProvider
 
 ROUTINGS = ("random", "one_expert", "hot4", "invalid", "padded")
 POISON_I32 = 0x7BADBEEF
@@ -91,17 +93,12 @@ def _compare(call: SortCall, out: SortOutput) -> list:
     """-> list of failures (empty: exact)."""
     fails = []
     bs = call.block_size
-    if call.output_format == AITER_SORT:
-        if call.fuse_mxfp8_of is not None:
-            rid, rw, reid, rnv, rxq, rxs = reference.moe_sorting_mxfp8(
-                call.topk_ids.cpu(), call.topk_weights.cpu(), call.fuse_mxfp8_of.cpu(), call.num_experts, bs)
-        else:
-            rid, rw, reid, rnv = reference.moe_sorting(call.topk_ids.cpu(), call.topk_weights.cpu(),
-                                                       call.num_experts, bs)
-            rxq = rxs = None
-    else:
-        rid, reid, rnv = reference.moe_align_block_size(call.topk_ids.cpu(), call.num_experts, bs)
-        rw = rxq = rxs = None
+    ref = ReferenceSortProvider().run(dataclasses.replace(
+        call, topk_ids=call.topk_ids.cpu(), moe_buf=None,
+        topk_weights=None if call.topk_weights is None else call.topk_weights.cpu(),
+        fuse_mxfp8_of=None if call.fuse_mxfp8_of is None else call.fuse_mxfp8_of.cpu()))
+    rid, reid, rnv, rw, rxq, rxs = (ref.sorted_ids, ref.expert_ids, ref.num_valid, ref.sorted_weights, ref.xq,
+                                    ref.xs)
     nv = out.num_valid.cpu()
     if not torch.equal(nv, rnv):
         return [f"num_valid {nv.tolist()} != {rnv.tolist()}"]
