@@ -37,6 +37,7 @@ void moe_fused(const at::Tensor& x, const at::Tensor& w13, const at::Tensor& w2,
   const int64_t I = w13.size(1) / 2;
   check(topk_ids.size(0) == T, "topk_ids rows != tokens");
   check(T * K <= smallm::kMaxPairs, "tokens * slots exceeds kMaxPairs");
+  check(K >= 1 && K <= smallm::kMaxSlots, "slots per token must be 1..16");
   check(E <= smallm::kMaxExperts, "too many experts");
   check(I % 128 == 0 && I <= smallm::kMaxInter && D % 128 == 0, "D and I must be multiples of 128, I <= kMaxInter");
   check(w2.size(0) == E && w2.size(1) == D, "w2 must be [E, D, Ibytes]");

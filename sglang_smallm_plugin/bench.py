@@ -133,7 +133,7 @@ def run(shapes=("qwen35-tp4", "qwen35-tp8"), formats=(FP8_BLOCK128,), layouts=(R
     info = kernels.require_gpu_kernels("bench", "on CPU run `sglang-smallm demo` instead")
     bw = copy_bandwidth()
     echo(f"bench on {info.name} ({info.arch}) {time.strftime('%Y-%m-%d %H:%M:%S')}; copy bandwidth {bw / 1e12:.3f} TB/s "
-         f"(read + write); {copies} weight copies rotated in one CUDA graph")
+         f"(read + write); {copies} weight copies rotated in one CUDA graph; {kernels.variant_note()}")
     rows = []
     for fmt in formats:
         for name in shapes:

@@ -45,6 +45,7 @@ def main(a) -> int:
     _line("torch", f"{torch.__version__} (cuda {torch.version.cuda}, hip {torch.version.hip})")
     mod, why = kernels.load_compiled()
     _line("compiled kernels", why)
+    _line("kernel variant", kernels.variant_note())
     print("Kernel providers (pluggy, project 'sglang_smallm')")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     for p in hookspecs.moe_providers():

@@ -28,9 +28,12 @@ ARCH = Switch("SGLANG_SMALLM_ARCH", "", "override the build target (e.g. gfx950,
 LOG_ALL_RANKS = Switch("SGLANG_SMALLM_LOG_ALL_RANKS", "0", "1 logs path decisions on every rank, not only rank 0")
 
 KERNEL_VARIANT = Switch("SMALLM_KERNEL_VARIANT", "",
-                        "experiment (read by the kernel launcher, CUDA only): unset = FP8 1, MXFP4 0; "
-                        "0 pipelined, 1 no pipelining 3 blocks/SM, 2 4 blocks/SM")
+                        "experiment (read once by the kernel launcher): unset = CUDA FP8 1, else 0; "
+                        "0 pipelined, 1 no pipelining 3 blocks/SM, 2 4 blocks/SM (CUDA only), "
+                        "3 warp-sized items (FP8 with I <= 512 on sm_90, every format on gfx950; "
+                        "other calls run the default); measured slower on H200")
+TICKET_BATCH = Switch("SMALLM_TICKET_BATCH", "", "experiment (variant 3): items claimed per ticket, default 1")
 X_PREFETCH = Switch("SMALLM_X_PREFETCH", "1",
                     "experiment (kernel launcher): 0 turns off copying the next item's activations early")
 
-ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, X_PREFETCH)
+ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, X_PREFETCH, TICKET_BATCH)

@@ -23,7 +23,20 @@ logger = logging.getLogger("sglang_smallm")
 
 FORMAT_CODES = {FP8_BLOCK128: 0, MXFP4: 1}
 SYNC_FIXED_WORDS = 2 + 2 * MAX_PAIRS  # ticket, exit, done1[MAX_PAIRS], used1[MAX_PAIRS]
-MIN_ROWS2 = 32  # fewest output rows per phase-2 item (hip/smallm_args.h kMinRows2)
+MIN_ROWS2 = 8  # fewest output rows per phase-2 item (hip/smallm_args.h kMinRows2)
+
+
+def variant_note() -> str:
+    """Which MoE kernel variant the launcher will run (SMALLM_KERNEL_VARIANT, an experiment switch)."""
+    from . import envs
+
+    v = envs.KERNEL_VARIANT.get().strip()
+    if not v:
+        return "kernel variant: default (CUDA: FP8 block items without pipelining, MXFP4 pipelined; gfx950: pipelined)"
+    if v == "3":
+        return ("kernel variant: SMALLM_KERNEL_VARIANT=3, warp-sized items (experimental; FP8 with I <= 512 on sm_90, "
+                "any format on gfx950; other calls run the default)")
+    return f"kernel variant: SMALLM_KERNEL_VARIANT={v} (experimental)"
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ def run(formats=(FP8_BLOCK128,), shapes=tuple(SHAPES), layouts=(ROW_MAJOR, SHUFF
         raise SystemExit(f"selftest: {why}")
     arch = kernels.device_info(device).arch
     results = []
-    echo(f"selftest on {kernels.device_info(device).name} ({arch}); kernels: {why}")
+    echo(f"selftest on {kernels.device_info(device).name} ({arch}); kernels: {why}; {kernels.variant_note()}")
     echo(f"{'shape':16} {'format':12} {'layout':12} {'T':>3} {'seeds':>5} {'max rel err':>11} {'tol':>7} "
          f"{'written':>7} {'determ':>6} {'graph':>5}  ok")
     for fmt in formats:

@@ -24,7 +24,8 @@ def _moe(rows):
 
 def test_gfx950_compiles_every_kernel_without_scratch(gfx950):
     names = sorted(r["kernel"] for r in gfx950)
-    assert names == sorted([f"moe {f} {l}" for f in ("fp8_block128", "mxfp4") for l in ("row_major", "shuffle16x16")]
+    assert names == sorted([f"moe {f} {l}{v}" for f in ("fp8_block128", "mxfp4") for l in ("row_major", "shuffle16x16")
+                            for v in ("", " warp-items")]
                            + [f"sort {f} {p}" for f in ("aiter", "triton") for p in ("compact", "distributed")]
                            + ["read floor (bench)"])
     for r in gfx950:
@@ -64,7 +65,7 @@ def test_gfx950_sort_kernels(gfx950):
 
 def test_gfx942_build_has_gfx950_path_gated_off(tmp_path):
     rows = [r for _, rs in isa.compile_all("gfx942", tmp_path) for r in rs]
-    assert len(rows) == 9
+    assert len(rows) == 13  # 4 moe + 4 moe warp-items + 4 sort + read floor
     for r in rows:
         assert all(r["counts"][k] == 0 for k in r["counts"] if k.startswith("v_cvt_scalef32")), r
 

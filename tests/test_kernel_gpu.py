@@ -41,3 +41,17 @@ def test_sort_matches_reference_exactly(case, seed):
     E, K, T, bs, fmt, routing, fused, path = case
     r = sort_selftest.check_sort_case(E, K, T, bs, fmt, routing, seed, "cuda", fused=fused, path=path)
     assert r.ok, r
+
+
+def test_warp_item_variant_matches_reference():
+    """The opt-in warp-item kernel (SMALLM_KERNEL_VARIANT=3, read once per process, so in a child
+    process): the same numerics contract as the default kernel."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, SMALLM_KERNEL_VARIANT="3")
+    r = subprocess.run([sys.executable, "-m", "sglang_smallm_plugin.cli", "selftest", "--what", "moe", "--seeds", "2",
+                        "--shapes", "qwen35-tp8,qwen3-235b-tp4", "--formats", "fp8_block128", "--tokens", "1,3,8"],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "cases pass" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
