@@ -23,6 +23,8 @@ template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 2>(MoeArgs);
 template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 2>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 2>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kShuffle16x16, 2>(MoeArgs);
+template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 4>(MoeArgs);
+template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 4>(MoeArgs);
 #endif
 }  // namespace smallm
 
@@ -155,12 +157,16 @@ int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* st
 #if defined(SMALLM_HIP)
     return x == 0 || x == kWarpVariant ? x : -1;
 #else
-    return x >= 0 && x <= kWarpVariant ? x : -1;
+    return x >= 0 && x <= 4 ? x : -1;
 #endif
   }();
 #if !defined(SMALLM_HIP)
   const int variant = forced >= 0 ? forced : (fmt == smallm::kFp8Block128 ? 1 : 0);
-  if (variant == 1) return launch_variant<1>(a, fmt, layout, s);
+  if (variant == 4 && fmt == smallm::kFp8Block128) {  // phase 1 on tensor cores (FP8 only)
+    if (layout == smallm::kRowMajor) return launch<smallm::kFp8Block128, smallm::kRowMajor, 4>(a, s);
+    return launch<smallm::kFp8Block128, smallm::kShuffle16x16, 4>(a, s);
+  }
+  if (variant == 1 || variant == 4) return launch_variant<1>(a, fmt, layout, s);
   if (variant == 2) return launch_variant<2>(a, fmt, layout, s);
 #else
   const int variant = forced >= 0 ? forced : 0;

@@ -31,7 +31,8 @@ KERNEL_VARIANT = Switch("SMALLM_KERNEL_VARIANT", "",
                         "experiment (read once by the kernel launcher): unset = CUDA FP8 1, else 0; "
                         "0 pipelined, 1 no pipelining 3 blocks/SM, 2 4 blocks/SM (CUDA only), "
                         "3 warp-sized items (FP8 with I <= 512 on sm_90, every format on gfx950; "
-                        "other calls run the default); measured slower on H200")
+                        "other calls run the default), 4 variant 1 with phase 1 on tensor cores (FP8, CUDA); "
+                        "3 and 4 measured no faster on H200")
 TICKET_BATCH = Switch("SMALLM_TICKET_BATCH", "", "experiment (variant 3): items claimed per ticket, default 1")
 X_PREFETCH = Switch("SMALLM_X_PREFETCH", "1",
                     "experiment (kernel launcher): 0 turns off copying the next item's activations early")

@@ -36,6 +36,9 @@ def variant_note() -> str:
     if v == "3":
         return ("kernel variant: SMALLM_KERNEL_VARIANT=3, warp-sized items (experimental; FP8 with I <= 512 on sm_90, "
                 "any format on gfx950; other calls run the default)")
+    if v == "4":
+        return ("kernel variant: SMALLM_KERNEL_VARIANT=4, phase 1 on tensor cores (experimental; FP8 on CUDA, "
+                "other calls run the default)")
     return f"kernel variant: SMALLM_KERNEL_VARIANT={v} (experimental)"
 
 

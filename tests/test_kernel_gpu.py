@@ -43,14 +43,15 @@ def test_sort_matches_reference_exactly(case, seed):
     assert r.ok, r
 
 
-def test_warp_item_variant_matches_reference():
-    """The opt-in warp-item kernel (SMALLM_KERNEL_VARIANT=3, read once per process, so in a child
-    process): the same numerics contract as the default kernel."""
+@pytest.mark.parametrize("variant", ["3", "4"])
+def test_experimental_variants_match_reference(variant):
+    """The opt-in kernels (SMALLM_KERNEL_VARIANT=3 warp items, 4 tensor-core phase 1; read once per
+    process, so in a child process): the same numerics contract as the default kernel."""
     import os
     import subprocess
     import sys
 
-    env = dict(os.environ, SMALLM_KERNEL_VARIANT="3")
+    env = dict(os.environ, SMALLM_KERNEL_VARIANT=variant)
     r = subprocess.run([sys.executable, "-m", "sglang_smallm_plugin.cli", "selftest", "--what", "moe", "--seeds", "2",
                         "--shapes", "qwen35-tp8,qwen3-235b-tp4", "--formats", "fp8_block128", "--tokens", "1,3,8"],
                        env=env, capture_output=True, text=True, timeout=600)
