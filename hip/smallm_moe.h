@@ -321,6 +321,22 @@ SMALLM_DEV void prefetch_x(const MoeArgs& a, const Geometry& G, const Routing& R
   copy_async_commit();
 }
 
+// Phase 1: sum the warps' gate / up partials of a pair chunk (red[warp][gate|up][pair][row]) and
+// write them to h[pair, K slice, gate|up, rows of the group].
+SMALLM_DEV void write_partials(const MoeArgs& a, const Geometry& G, const Routing& R, float (*red)[2][kMC][16], int first,
+                               int mc, int grp, int ks) {
+  const int t = thread_id();
+  if (t < 2 * 16 * kMC) {
+    const int half = t / (16 * kMC), m = (t / 16) % kMC, rr = t & 15;
+    if (m < mc) {
+      float v = 0.0f;
+      for (int ww = 0; ww < kWarps; ++ww) v += red[ww][half][m][rr];
+      const int p = R.plist[first + m];
+      a.h[(((size_t)p * G.ksplit + ks) * 2 + half) * a.I + grp * 16 + rr] = v;
+    }
+  }
+}
+
 // Item (distinct expert u, 16-row group grp, K slice ks): thread t owns row t%16 of the group and
 // vectors kvi = ks*64 + t/16 + 16j (j < 4) of it, for gate and up: 8 loads issued at once and kept
 // in registers while all the expert's pairs are accumulated (x slices staged in shared memory;
@@ -371,15 +387,7 @@ SMALLM_DEV void phase1_item(const MoeArgs& a, const Geometry& G, const Routing& 
       }
     }
     block_sync();
-    if (t < 2 * 16 * kMC) {
-      const int half = t / (16 * kMC), m = (t / 16) % kMC, rr = t & 15;
-      if (m < mc) {
-        float v = 0.0f;
-        for (int ww = 0; ww < kWarps; ++ww) v += red[ww][half][m][rr];
-        const int p = R.plist[beg + m0 + m];
-        a.h[(((size_t)p * G.ksplit + ks) * 2 + half) * a.I + grp * 16 + rr] = v;
-      }
-    }
+    write_partials(a, G, R, red, beg + m0, mc, grp, ks);
     if (m0 + chunk < M) block_sync();  // red and the x slices are reused by the next pair chunk
   }
   publish_block_writes();  // also ends the last chunk's use of red and the x slices
@@ -494,15 +502,7 @@ SMALLM_DEV void phase1_item_mma(const MoeArgs& a, const Geometry& G, const Routi
       red[w][1][2 * q + 1][r + 8] = cu[3];
     }
     block_sync();
-    if (t < 2 * 16 * kMC) {
-      const int half = t / (16 * kMC), m = (t / 16) % kMC, rr = t & 15;
-      if (m < mc) {
-        float v = 0.0f;
-        for (int ww = 0; ww < kWarps; ++ww) v += red[ww][half][m][rr];
-        const int p = R.plist[beg + m0 + m];
-        a.h[(((size_t)p * G.ksplit + ks) * 2 + half) * a.I + grp * 16 + rr] = v;
-      }
-    }
+    write_partials(a, G, R, red, beg + m0, mc, grp, ks);
     if (m0 + chunk < M) block_sync();  // red and the x slices are reused by the next pair chunk
   }
   publish_block_writes();
