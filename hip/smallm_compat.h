@@ -572,6 +572,14 @@ SMALLM_DEV uint32_t e4m3x2_to_bf16x2_2m112(uint32_t pair16) {
   return ((u >> 3) & 0x0fff0fffu) | (u & 0x80008000u);
 }
 
+// bf16x2 * 2^40, exactly (a power of two: zeros stay zero, subnormals become normal; overflows to
+// inf only for |x| >= 2^88). One packed multiply.
+SMALLM_DEV uint32_t bf16x2_times_2p40(uint32_t v) {
+  uint32_t r;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(v), "r"(0x53805380u));
+  return r;
+}
+
 // c += A(16x16, row) * B(16x8, col), bf16 inputs, fp32 accumulation (mma.sync m16n8k16).
 SMALLM_DEV void mma_bf16_16x8x16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                  uint32_t b1) {

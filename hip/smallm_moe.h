@@ -400,7 +400,7 @@ SMALLM_DEV void phase1_item(const MoeArgs& a, const Geometry& G, const Routing& 
 // r + 8, for gate and up: the same 8 x 16 bytes per thread as phase1_loads. One m16n8k16 MMA takes
 // bytes 4i..4i+3 of each quad lane's vectors as its 16 k values (the dot product does not depend on
 // the order of k, as long as x is taken in the same order), x pairs as its 8 columns. Weights enter
-// as bf16 * 2^-112 (exact), x as bf16 * 2^40 (exact; scaled in shared memory), so the 2^72 goes
+// as bf16 * 2^-112 (exact), x as bf16 * 2^40 (exact; one packed multiply per fragment), so the 2^72 goes
 // into the block scales.
 constexpr float kMmaUnscale = 4722366482869645213696.0f;  // 2^72
 
@@ -446,17 +446,6 @@ SMALLM_DEV void phase1_item_mma(const MoeArgs& a, const Geometry& G, const Routi
     copy_async_commit();
     copy_async_wait();
     block_sync();
-    // x * 2^40 in place (exact: a power of two; bf16 -> f32 -> bf16 keeps the mantissa)
-    for (int i = t; i < mc * slice_vecs; i += kThreads) {
-      Vec16 v = xs[i];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float lo = bf16_lo(v.w[k]) * 1099511627776.0f, hi = bf16_hi(v.w[k]) * 1099511627776.0f;
-        v.w[k] = (__builtin_bit_cast(uint32_t, lo) >> 16) | (__builtin_bit_cast(uint32_t, hi) & 0xffff0000u);
-      }
-      xs[i] = v;
-    }
-    block_sync();
     float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int cc = 0; cc < 2; ++cc) {
@@ -469,8 +458,8 @@ SMALLM_DEV void phase1_item_mma(const MoeArgs& a, const Geometry& G, const Routi
         uint32_t b0 = 0, b1 = 0;
         if (valid && r < mc) {
           const uint2 bx = *reinterpret_cast<const uint2*>(xb + 4 * i);
-          b0 = bx.x;
-          b1 = bx.y;
+          b0 = bf16x2_times_2p40(bx.x);
+          b1 = bf16x2_times_2p40(bx.y);
         }
         auto frag = [&](const Vec16& v, bool hi) {
           return valid ? e4m3x2_to_bf16x2_2m112(hi ? v.w[i] >> 16 : v.w[i]) : 0u;
