@@ -386,15 +386,6 @@ SMALLM_DEV float4 load_coherent4(const float* p) {
 #endif
 }
 
-// Bring a line into L1 without holding a register (sm_90); a no-op elsewhere.
-SMALLM_DEV void prefetch_l1(const void* p) {
-#if defined(SMALLM_CUDA)
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-#else
-  (void)p;
-#endif
-}
-
 // Register barrier: the compiler must assume v changed here, so work derived from v cannot be
 // hoisted out of the enclosing loop (keeps decoded weights from piling up in registers).
 SMALLM_DEV void opaque(Vec16& v) {

@@ -59,17 +59,12 @@ struct Format<kFp8Block128> {
   static constexpr int kScaleRows = 128;  // rows that share a scale (aligned)
   static constexpr int kScaleVecs = 8;    // vectors along K that share a scale (aligned)
   // Scale of vector `kvi` in row `row` of expert `e`'s [rows, kdim] matrix.
-  // Where the scale of vector `kvi` in row `row` of expert `e`'s [rows, kdim] matrix lives.
-  template <int Layout>
-  SMALLM_DEV static const void* scale_ptr(const void* s, int e, int rows, int kdim, int row, int kvi) {
-    const float* f = static_cast<const float*>(s);
-    const int nkb = kdim / 128, nrb = rows / 128;
-    return f + ((size_t)e * nrb + row / 128) * nkb + (kvi * kElems) / 128;
-  }
-  SMALLM_DEV static float scale_at(const void* p) { return *static_cast<const float*>(p); }
+  // Scale of vector `kvi` in row `row` of expert `e`'s [rows, kdim] matrix.
   template <int Layout>
   SMALLM_DEV static float scale(const void* s, int e, int rows, int kdim, int row, int kvi) {
-    return scale_at(scale_ptr<Layout>(s, e, rows, kdim, row, kvi));
+    const float* f = static_cast<const float*>(s);
+    const int nkb = kdim / 128, nrb = rows / 128;
+    return f[((size_t)e * nrb + row / 128) * nkb + (kvi * kElems) / 128];
   }
   SMALLM_DEV static float dot_bf16(const Vec16& w, const Vec16* x) { return dot16_fp8_bf16(w, x[0], x[1]); }
   template <int P>
@@ -85,21 +80,16 @@ struct Format<kMxfp4> {
   // e8m0 per 32 values: one scale per vector. Shuffled weights come with scales in AITER's
   // e8m0_shuffle layout over the flattened [E*rows, kdim/32] matrix (columns padded to 8).
   template <int Layout>
-  SMALLM_DEV static const void* scale_ptr(const void* s, int e, int rows, int kdim, int row, int kvi) {
+  SMALLM_DEV static float scale(const void* s, int e, int rows, int kdim, int row, int kvi) {
     const uint8_t* b = static_cast<const uint8_t*>(s);
     const unsigned cols = kdim / 32;
     const unsigned R = (unsigned)e * rows + row;  // scale tensors stay far below 2^32 bytes
-    if (Layout == kRowMajor) return b + R * cols + kvi;
+    if (Layout == kRowMajor) return e8m0_to_f32(b[R * cols + kvi]);
     const unsigned cp = (cols + 7) / 8 * 8;
     const unsigned k = kvi;
     const unsigned idx = (((((R >> 5) * (cp >> 3) + (k >> 3)) * 4 + (k & 3)) * 16 + (R & 15)) * 2 + ((k >> 2) & 1)) * 2 +
                          ((R >> 4) & 1);
-    return b + idx;
-  }
-  SMALLM_DEV static float scale_at(const void* p) { return e8m0_to_f32(*static_cast<const uint8_t*>(p)); }
-  template <int Layout>
-  SMALLM_DEV static float scale(const void* s, int e, int rows, int kdim, int row, int kvi) {
-    return scale_at(scale_ptr<Layout>(s, e, rows, kdim, row, kvi));
+    return e8m0_to_f32(b[idx]);
   }
   SMALLM_DEV static float dot_bf16(const Vec16& w, const Vec16* x) { return dot32_fp4_bf16(w, x); }
   template <int P>

@@ -47,26 +47,32 @@ namespace {
 constexpr int kMaxDevices = 64;
 constexpr int kWarpVariant = 3;  // smallm_moe_warp.h
 
-template <int Fmt, int Layout, int Variant>
-int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
-  // Resident-block capacity per device, computed once. Tickets make the launch correct at any
-  // residency; capacity only sizes the grid so that no block waits for a free slot.
-  static int capacity[kMaxDevices] = {0};
+// Resident-block capacity of `kernel` on the current device, computed once per device into the
+// caller's `table` (one table per kernel). Tickets make every launch correct at any residency;
+// capacity only sizes the grid so that no block waits for a free slot. 0 on success.
+int resident_capacity(void (*kernel)(smallm::MoeArgs), int (&table)[kMaxDevices], int& capacity) {
   int dev = 0;
   if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 1;
-  if (capacity[dev] == 0) {
+  if (table[dev] == 0) {
     int per_sm = 0, sms = 0;
-    if (GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&per_sm, smallm::smallm_moe_kernel<Fmt, Layout, Variant>,
-                                                       smallm::kThreads, 0) != 0)
-      return 2;
+    if (GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&per_sm, kernel, smallm::kThreads, 0) != 0) return 2;
     if (GPU(DeviceGetAttribute)(&sms, GPU_DEV_ATTR_SMS, dev) != 0) return 3;
-    capacity[dev] = (per_sm > 0 ? per_sm : 1) * sms;
+    table[dev] = (per_sm > 0 ? per_sm : 1) * sms;
   }
+  capacity = table[dev];
+  return 0;
+}
+
+template <int Fmt, int Layout, int Variant>
+int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
+  static int table[kMaxDevices] = {0};
+  int capacity = 0;
+  if (const int err = resident_capacity(smallm::smallm_moe_kernel<Fmt, Layout, Variant>, table, capacity)) return err;
   smallm::MoeArgs a = a0;
   const long pairs = (long)a.T * a.K;
   const long distinct_max = pairs < a.E ? pairs : a.E;
   const long items_max = distinct_max * ((long)(a.I / 16) * smallm::max_ksplit(a.D) + (a.D + smallm::kMinRows2 - 1) / smallm::kMinRows2);
-  a.nblocks = (int)(items_max < capacity[dev] ? items_max : capacity[dev]);
+  a.nblocks = (int)(items_max < capacity ? items_max : capacity);
   if (a.nblocks < 1) a.nblocks = 1;
   smallm::smallm_moe_kernel<Fmt, Layout, Variant><<<a.nblocks, smallm::kThreads, 0, stream>>>(a);
   return (int)GPU(GetLastError)();
@@ -75,24 +81,16 @@ int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // The warp-item kernel: as many blocks as are resident at once, fewer when there is less work.
 template <int Fmt, int Layout>
 int launch_warp(const smallm::MoeArgs& a0, gpuStream_t stream) {
-  static int capacity[kMaxDevices] = {0};
-  int dev = 0;
-  if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 1;
-  if (capacity[dev] == 0) {
-    int per_sm = 0, sms = 0;
-    if (GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&per_sm, smallm::smallm_moe_warp_kernel<Fmt, Layout>,
-                                                       smallm::kThreads, 0) != 0)
-      return 2;
-    if (GPU(DeviceGetAttribute)(&sms, GPU_DEV_ATTR_SMS, dev) != 0) return 3;
-    capacity[dev] = (per_sm > 0 ? per_sm : 1) * sms;
-  }
+  static int table[kMaxDevices] = {0};
+  int capacity = 0;
+  if (const int err = resident_capacity(smallm::smallm_moe_warp_kernel<Fmt, Layout>, table, capacity)) return err;
   smallm::MoeArgs a = a0;
   const smallm::WGeometry G = smallm::wgeometry<Fmt>(a.D, a.I);
   const long pairs = (long)a.T * a.K;
   const long distinct_max = pairs < a.E ? pairs : a.E;
   const long items_max = distinct_max * (long)(G.n1per + G.ndr);
   const long want = (items_max + smallm::kWarps - 1) / smallm::kWarps;
-  a.nblocks = (int)(want < capacity[dev] ? want : capacity[dev]);
+  a.nblocks = (int)(want < capacity ? want : capacity);
   if (a.nblocks < 1) a.nblocks = 1;
   // Items per ticket: 1 (measured on H200: batches of 2 or 4 consecutive items per claim were 2-3x
   // slower, examples/results "h200-warp-kernel"). SMALLM_TICKET_BATCH overrides (A/B runs).

@@ -82,8 +82,6 @@ SMALLM_DEV int warp_bcast(int v) {  // lane 0's value to the whole warp
 #endif
 }
 
-SMALLM_DEV uint64_t warp_ballot(bool p) { return ballot(p); }
-
 // The warp's next batch of `ticket_batch` items (lane 0 claims, all lanes get the first). Once the
 // counter is past the end a plain load says so, without adding to the one contended address.
 SMALLM_DEV int claim_ticket(const MoeArgs& a, int n) {
@@ -105,9 +103,13 @@ SMALLM_DEV int w1_kvi(int ks, int lane, int jj) { return ks * kWarp * VR + (lane
 
 // Register slot of the scale of (row r, vector jj): shared by all rows of an fp8 item (NR rows of
 // one 128-row block) and by the 4 vectors of a lane inside one 128-value block.
+// A lane's vectors step by 2, so one shared scale covers kScaleVecs / 2 of its consecutive slots.
+template <int Fmt>
+constexpr int kLaneScaleRun = Format<Fmt>::kScaleVecs > 1 ? Format<Fmt>::kScaleVecs / 2 : 1;
+
 template <int Fmt, int VR>
 __host__ __device__ constexpr int w1_sslot(int r, int jj) {
-  return Format<Fmt>::kScaleRows > 1 ? jj / (Format<Fmt>::kScaleVecs > 1 ? Format<Fmt>::kScaleVecs / 2 : 1) : r * VR + jj;
+  return Format<Fmt>::kScaleRows > 1 ? jj / kLaneScaleRun<Fmt> : r * VR + jj;
 }
 template <int Fmt, int Layout, int VR>
 SMALLM_DEV void w1_loads(const MoeArgs& a, const WGeometry& G, int e, int grp, int ks, Loads2& L) {
@@ -128,7 +130,7 @@ SMALLM_DEV void w1_loads(const MoeArgs& a, const WGeometry& G, int e, int grp, i
   for (int j = 0; j < kWHalf; ++j) {
     const int r = j / VR, jj = j % VR, rg = grp * NR + r, kvi = w1_kvi<VR>(ks, lane, jj);
     const int sl = w1_sslot<Fmt, VR>(r, jj);
-    if (kvi < G.nv1 && (F::kScaleRows == 1 || (r == 0 && jj % (F::kScaleVecs > 1 ? F::kScaleVecs / 2 : 1) == 0))) {
+    if (kvi < G.nv1 && (F::kScaleRows == 1 || (r == 0 && jj % kLaneScaleRun<Fmt> == 0))) {
       L.s[sl] = F::template scale<Layout>(a.s13, e, 2 * a.I, a.D, rg, kvi);
       L.s[kWHalf + sl] = F::template scale<Layout>(a.s13, e, 2 * a.I, a.D, a.I + rg, kvi);
     }
@@ -324,7 +326,7 @@ SMALLM_DEV void w2_item(const MoeArgs& a, const WGeometry& G, const Routing& R, 
       for (int s = 0; s < a.K; ++s) valid += R.id[tok * a.K + s] >= 0;
       fin = atomic_add_acq_rel(&a.sync[kSyncTok + tok * G.ndr + rng], 1u) + 1 == (unsigned)valid;
     }
-    uint64_t mask = warp_ballot(fin);
+    uint64_t mask = ballot(fin);
     while (mask) {  // this warp completed token `tk` for this row range: sum its slots in order
       const int src = ctz64(mask);
       mask &= mask - 1;
