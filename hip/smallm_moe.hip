@@ -1,6 +1,7 @@
 // smallm_moe.hip: instantiations of the fused small-M MoE kernel and its host launcher.
 // One source: hipcc (gfx950), nvcc (sm_90a, through a generated .cu that includes this file),
 // and clang -nogpuinc --offload-device-only (the gfx950/gfx942 ISA check, SMALLM_DEVICE_ONLY).
+#include "smallm_moe_twopass.h"
 #include "smallm_moe_warp.h"
 
 namespace smallm {
@@ -10,6 +11,15 @@ template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 0>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kShuffle16x16, 0>(MoeArgs);
 template __global__ void smallm_moe_warp_kernel<kFp8Block128, kRowMajor>(MoeArgs);
 template __global__ void smallm_moe_warp_kernel<kFp8Block128, kShuffle16x16>(MoeArgs);
+#define SMALLM_TWOPASS(F, L)                                                   \
+  template __global__ void smallm_gateup_kernel<F, L, 8>(MoeArgs);           \
+  template __global__ void smallm_gateup_kernel<F, L, 16>(MoeArgs);          \
+  template __global__ void smallm_down_kernel<F, L>(MoeArgs);
+SMALLM_TWOPASS(kFp8Block128, kRowMajor)
+SMALLM_TWOPASS(kFp8Block128, kShuffle16x16)
+SMALLM_TWOPASS(kMxfp4, kRowMajor)
+SMALLM_TWOPASS(kMxfp4, kShuffle16x16)
+#undef SMALLM_TWOPASS
 #if defined(SMALLM_HIP)  // sm_90: the portable fp4 decode does not fit 128 registers beside 8 KB of weights
 template __global__ void smallm_moe_warp_kernel<kMxfp4, kRowMajor>(MoeArgs);
 template __global__ void smallm_moe_warp_kernel<kMxfp4, kShuffle16x16>(MoeArgs);
@@ -45,7 +55,8 @@ typedef cudaStream_t gpuStream_t;
 namespace {
 
 constexpr int kMaxDevices = 64;
-constexpr int kWarpVariant = 3;  // smallm_moe_warp.h
+constexpr int kWarpVariant = 3;     // smallm_moe_warp.h
+constexpr int kTwoPassVariant = 5;  // smallm_moe_twopass.h
 
 // Resident-block capacity of `kernel` on the current device, computed once per device into the
 // caller's `table` (one table per kernel). Tickets make every launch correct at any residency;
@@ -104,7 +115,78 @@ int launch_warp(const smallm::MoeArgs& a0, gpuStream_t stream) {
   return (int)GPU(GetLastError)();
 }
 
+// Two streaming kernels (smallm_moe_twopass.h). The down kernel needs up to 48 KB of dynamic
+// shared memory (y of every pair for its rows), raised once per device; on CUDA it is a
+// programmatic dependent launch unless SMALLM_PDL=0 (A/B runs).
+template <int Fmt, int Layout>
+int launch_down(const smallm::MoeArgs& a, gpuStream_t stream) {
+  using namespace smallm;
+  auto kernel = smallm_down_kernel<Fmt, Layout>;
+  constexpr int kMaxDyn = kMaxPairs * kMaxRowsB * (int)sizeof(float);
+  static bool raised[kMaxDevices] = {false};
+  int dev = 0;
+  if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 1;
+  if (!raised[dev]) {
+    if (GPU(FuncSetAttribute)(reinterpret_cast<const void*>(kernel), GPU(FuncAttributeMaxDynamicSharedMemorySize),
+                              kMaxDyn) != 0)
+      return 4;
+    raised[dev] = true;
+  }
+  const int rb = down_rows<Fmt>(a.I);
+  const unsigned smem = (unsigned)(a.T * a.K * rb * (int)sizeof(float));
+  const int grid = a.D / rb;
+#if defined(SMALLM_HIP)
+  kernel<<<grid, kThreads, smem, stream>>>(a);
+  return (int)GPU(GetLastError)();
+#else
+  static const bool pdl = [] {
+    const char* v = getenv("SMALLM_PDL");
+    return !(v && v[0] == '0');
+  }();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return (int)cudaLaunchKernelEx(&cfg, kernel, a);
+#endif
+}
+
+template <int Fmt, int Layout>
+int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
+  using namespace smallm;
+  const dim3 grid(a.I / 4, a.T * a.K);
+  const int vpt = gateup_vectors_per_thread<Fmt>(a.D);
+  if (vpt <= 8)
+    smallm_gateup_kernel<Fmt, Layout, 8><<<grid, kThreads, 0, stream>>>(a);
+  else
+    smallm_gateup_kernel<Fmt, Layout, 16><<<grid, kThreads, 0, stream>>>(a);
+  if (const int err = (int)GPU(GetLastError)()) return err;
+  return launch_down<Fmt, Layout>(a, stream);
+}
+
 }  // namespace
+
+// Shapes the two-pass kernels take: a W13 row fits 16 vectors per thread (fp8 D <= 8192).
+bool twopass_fits(const smallm::MoeArgs& a, int fmt) {
+  using namespace smallm;
+  const int vpt = fmt == kMxfp4 ? gateup_vectors_per_thread<kMxfp4>(a.D) : gateup_vectors_per_thread<kFp8Block128>(a.D);
+  return vpt <= 16;
+}
+
+int launch_twopass_kernels(const smallm::MoeArgs& a, int fmt, int layout, gpuStream_t s) {
+  using namespace smallm;
+  if (fmt == kFp8Block128 && layout == kRowMajor) return launch_twopass<kFp8Block128, kRowMajor>(a, s);
+  if (fmt == kFp8Block128 && layout == kShuffle16x16) return launch_twopass<kFp8Block128, kShuffle16x16>(a, s);
+  if (fmt == kMxfp4 && layout == kRowMajor) return launch_twopass<kMxfp4, kRowMajor>(a, s);
+  if (fmt == kMxfp4 && layout == kShuffle16x16) return launch_twopass<kMxfp4, kShuffle16x16>(a, s);
+  return -1;
+}
 
 // Shapes the warp kernel takes: a W2 row fits one vector per lane (I <= 16 x warp fp8 values),
 // and on sm_90 fp8 weights only; everything else runs the block kernel (same results contract).
@@ -153,11 +235,12 @@ int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* st
     const char* v = getenv("SMALLM_KERNEL_VARIANT");
     const int x = v ? atoi(v) : -1;
 #if defined(SMALLM_HIP)
-    return x == 0 || x == kWarpVariant ? x : -1;
+    return x == 0 || x == kWarpVariant || x == kTwoPassVariant ? x : -1;
 #else
-    return x >= 0 && x <= 4 ? x : -1;
+    return x >= 0 && x <= 5 ? x : -1;
 #endif
   }();
+  if (forced == kTwoPassVariant && twopass_fits(a, fmt)) return launch_twopass_kernels(a, fmt, layout, s);
 #if !defined(SMALLM_HIP)
   const int variant = forced >= 0 ? forced : (fmt == smallm::kFp8Block128 ? 1 : 0);
   if (variant == 4 && fmt == smallm::kFp8Block128) {  // phase 1 on tensor cores (FP8 only)

@@ -43,10 +43,11 @@ def test_sort_matches_reference_exactly(case, seed):
     assert r.ok, r
 
 
-@pytest.mark.parametrize("variant", ["3", "4"])
+@pytest.mark.parametrize("variant", ["3", "4", "5"])
 def test_experimental_variants_match_reference(variant):
-    """The opt-in kernels (SMALLM_KERNEL_VARIANT=3 warp items, 4 tensor-core phase 1; read once per
-    process, so in a child process): the same numerics contract as the default kernel."""
+    """The opt-in kernels (SMALLM_KERNEL_VARIANT=3 warp items, 4 tensor-core phase 1, 5 two streaming
+    kernels; read once per process, so in a child process): the same numerics contract as the
+    default kernel."""
     import os
     import subprocess
     import sys
