@@ -88,14 +88,6 @@ SMALLM_DEV int block_id() {
 #endif
 }
 
-SMALLM_DEV int block_idy() {
-#if defined(SMALLM_HIP)
-  return (int)__builtin_amdgcn_workgroup_id_y();
-#else
-  return (int)blockIdx.y;
-#endif
-}
-
 // Programmatic dependent launch (sm_90): wait until the grids this one depends on have finished
 // and their writes are visible (a no-op when launched without the attribute, and on other
 // targets); then let the next grid in the stream start its launch early.

@@ -12,8 +12,8 @@ template __global__ void smallm_moe_kernel<kMxfp4, kShuffle16x16, 0>(MoeArgs);
 template __global__ void smallm_moe_warp_kernel<kFp8Block128, kRowMajor>(MoeArgs);
 template __global__ void smallm_moe_warp_kernel<kFp8Block128, kShuffle16x16>(MoeArgs);
 #define SMALLM_TWOPASS(F, L)                                                   \
+  template __global__ void smallm_gateup_kernel<F, L, 4>(MoeArgs);           \
   template __global__ void smallm_gateup_kernel<F, L, 8>(MoeArgs);           \
-  template __global__ void smallm_gateup_kernel<F, L, 16>(MoeArgs);          \
   template __global__ void smallm_down_kernel<F, L>(MoeArgs);
 SMALLM_TWOPASS(kFp8Block128, kRowMajor)
 SMALLM_TWOPASS(kFp8Block128, kShuffle16x16)
@@ -157,26 +157,38 @@ int launch_down(const smallm::MoeArgs& a, gpuStream_t stream) {
 #endif
 }
 
+// The gate/up kernel: as many blocks as are resident at once, fewer when there are fewer jobs.
+template <int Fmt, int Layout, int kJ>
+int launch_gateup(const smallm::MoeArgs& a0, gpuStream_t stream) {
+  using namespace smallm;
+  static int table[kMaxDevices] = {0};
+  int capacity = 0;
+  if (const int err = resident_capacity(smallm_gateup_kernel<Fmt, Layout, kJ>, table, capacity)) return err;
+  MoeArgs a = a0;
+  const long pairs = (long)a.T * a.K;
+  const long jobs_max = (pairs < a.E ? pairs : a.E) * (a.I / 2);
+  a.nblocks = (int)(jobs_max < capacity ? jobs_max : capacity);
+  if (a.nblocks < 1) a.nblocks = 1;
+  smallm_gateup_kernel<Fmt, Layout, kJ><<<a.nblocks, kThreads, 0, stream>>>(a);
+  return (int)GPU(GetLastError)();
+}
+
 template <int Fmt, int Layout>
 int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   using namespace smallm;
-  const dim3 grid(a.I / 4, a.T * a.K);
   const int vpt = gateup_vectors_per_thread<Fmt>(a.D);
-  if (vpt <= 8)
-    smallm_gateup_kernel<Fmt, Layout, 8><<<grid, kThreads, 0, stream>>>(a);
-  else
-    smallm_gateup_kernel<Fmt, Layout, 16><<<grid, kThreads, 0, stream>>>(a);
-  if (const int err = (int)GPU(GetLastError)()) return err;
+  const int err = vpt <= 4 ? launch_gateup<Fmt, Layout, 4>(a, stream) : launch_gateup<Fmt, Layout, 8>(a, stream);
+  if (err) return err;
   return launch_down<Fmt, Layout>(a, stream);
 }
 
 }  // namespace
 
-// Shapes the two-pass kernels take: a W13 row fits 16 vectors per thread (fp8 D <= 8192).
+// Shapes the two-pass kernels take: a W13 row fits 8 vectors per thread (fp8 D <= 8192).
 bool twopass_fits(const smallm::MoeArgs& a, int fmt) {
   using namespace smallm;
   const int vpt = fmt == kMxfp4 ? gateup_vectors_per_thread<kMxfp4>(a.D) : gateup_vectors_per_thread<kFp8Block128>(a.D);
-  return vpt <= 16;
+  return vpt <= 8;
 }
 
 int launch_twopass_kernels(const smallm::MoeArgs& a, int fmt, int layout, gpuStream_t s) {

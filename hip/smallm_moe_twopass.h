@@ -4,11 +4,11 @@
 // through global counters; on the H200 it is bound by that per-item chain (acquire, partial
 // reads, release, ticket), not by the weight bytes. Here nothing waits on another block:
 //
-//   gate/up  grid (I/4 row tiles, T*K pairs). A block whose pair p is the first occurrence of its
-//            expert e reads 4 gate rows and the same 4 up rows of W13[e] over all of K (8 rows,
-//            every thread 8-16 vectors of one row, all loads issued at once), takes the dot
-//            products with x of every pair of e, reduces over the block and writes
-//            h[pair, rows] = silu(gate) * up (fp32). Blocks of repeated experts exit at once.
+//   gate/up  as many blocks as are resident; each derives the distinct experts (first-occurrence
+//            order) and takes jobs b, b + G, ...: job (expert u, tile) is 2 gate rows and the same
+//            2 up rows of W13[e] over all of K (every thread 4-8 vectors of one row), dotted with
+//            x of every pair of e, reduced over the block into h[pair, rows] = silu(gate) * up
+//            (fp32). The next job's weights are loaded while this one computes.
 //   down     grid (D / rb row blocks). A block owns rb output rows for every pair: its warps take
 //            the distinct experts in turn (the next expert's W2 rows are loaded while this one
 //            computes), write y[pair, rows] to shared memory, and the block then sums each token's
@@ -23,7 +23,7 @@
 
 namespace smallm {
 
-constexpr int kRowsA = 8;      // W13 rows per gate/up block: 4 gate rows and the same 4 up rows
+constexpr int kRowsA = 4;      // W13 rows per gate/up job: 2 gate rows and the same 2 up rows
 constexpr int kKStepA = kThreads / kRowsA;  // threads along K per row (vector stride of a thread)
 constexpr int kVecB = 4;       // W2 vectors per lane per expert in the down kernel
 constexpr int kMaxRowsB = 16;  // output rows per down block (fewer for wide I)
@@ -35,7 +35,7 @@ constexpr int kMaxRowsB = 16;  // output rows per down block (fewer for wide I)
 #define SMALLM_TP_BOUNDS(minb) __launch_bounds__(256, minb)
 #endif
 
-// Vectors of one W13 row each gate/up thread holds: 8 or 16 (the launcher picks the instantiation).
+// Vectors of one W13 row each gate/up thread holds: 4 or 8 (the launcher picks the instantiation).
 template <int Fmt>
 __host__ __device__ inline int gateup_vectors_per_thread(int D) {
   const int nv = D / 16 / Format<Fmt>::kRowBytesDiv;
@@ -52,93 +52,100 @@ __host__ __device__ inline int down_rows(int I) {
 }
 
 // ------------------------------------------------------------------ gate/up kernel
+// Job (distinct expert u, tile): W13 rows 2*tile, 2*tile+1 (gate) and I+2*tile, I+2*tile+1 (up) over
+// all of K. Thread t holds row t % 4 at vectors t/4 + 64j. As many blocks as are resident; block b
+// takes jobs b, b + G, ... and loads the next job's weights while it computes this one.
+struct GateUpLoads {
+  template <int kJ>
+  struct Of {
+    Vec16 v[kJ];
+    float s[kJ];
+  };
+};
+
 template <int Fmt, int Layout, int kJ>
-__global__ void SMALLM_TP_BOUNDS(1) smallm_gateup_kernel(MoeArgs a) {
+__global__ void SMALLM_TP_BOUNDS(kJ <= 4 ? 3 : 2) smallm_gateup_kernel(MoeArgs a) {
   using F = Format<Fmt>;
+  using Loads = GateUpLoads::Of<kJ>;
+  __shared__ Routing R;
   __shared__ float red[2][kMC][kWarps][kRowsA];
-  __shared__ int plist[kMaxPairs];
-  __shared__ int pcount;
   grid_dependents_launch();  // the down kernel may start its prologue and W2 loads now
-  const int t = thread_id(), lane = lane_id(), w = t / kWarp, rr = t & (kRowsA - 1);
-  const int tile = block_id(), p = block_idy();
-  const int N = a.T * a.K;
-  const int e = a.topk_ids[p];
-  if (e < 0 || e >= a.E) return;
-  // Only the first pair of an expert works (every warp finds the same answer; no barrier yet).
-  for (int q0 = 0; q0 < p; q0 += kWarp) {
-    const int q = q0 + lane;
-    if (ballot(q < p && a.topk_ids[q] == e) != 0) return;
-  }
+  const int t = thread_id(), lane = lane_id(), w = t / kWarp, rr = t % kRowsA;
+  build_routing(a, R);
+  const int tiles = a.I / 2, njobs = R.nd * tiles, G = a.nblocks;
   const int rowb = a.D / F::kRowBytesDiv, nv = rowb / 16;
-  const int row = (rr < 4 ? 0 : a.I) + 4 * tile + (rr & 3);
-  const uint8_t* wb = a.w13 + (size_t)e * 2 * a.I * rowb;
-  Vec16 v[kJ];
-  float s[kJ];
-#pragma unroll
-  for (int j = 0; j < kJ; ++j) {
-    const int kvi = t / kRowsA + kKStepA * j;
-    if (kvi < nv) v[j] = load_weights(wb + vec_offset<Layout>(row, kvi, rowb));
-  }
-#pragma unroll
-  for (int j = 0; j < kJ; ++j) {
-    const int kvi = t / kRowsA + kKStepA * j;
-    if (kvi < nv) s[j] = F::template scale<Layout>(a.s13, e, 2 * a.I, a.D, row, kvi);
-  }
-  if (w == 0) {  // the pairs of e, in pair order
-    int base = 0;
-    for (int q0 = p; q0 < N; q0 += kWarp) {
-      const int q = q0 + lane;
-      const bool hit = q < N && a.topk_ids[q] == e;
-      const uint64_t m = ballot(hit);
-      if (hit) plist[base + popc64(m & ((uint64_t(1) << lane) - 1))] = q;
-      base += popc64(m);
-    }
-    if (lane == 0) pcount = base;
-  }
-  block_sync();
-  const int M = pcount;
-  constexpr int kXv = F::kElems / 8;  // bf16 vectors of x per weight vector
-  int buf = 0;
-  for (int m0 = 0; m0 < M; m0 += kMC) {
-    const int mc = imin(kMC, M - m0);
-    float acc[kMC];
-#pragma unroll
-    for (int m = 0; m < kMC; ++m) acc[m] = 0.0f;
+  auto row_of = [&](int tile) { return (rr < 2 ? 0 : a.I) + 2 * tile + (rr & 1); };
+  auto issue = [&](int job, Loads& L) {
+    const int u = job / tiles, row = row_of(job - u * tiles);
+    const int e = R.id[R.ulead[u]];
+    const uint8_t* wb = a.w13 + (size_t)e * 2 * a.I * rowb;
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
       const int kvi = t / kRowsA + kKStepA * j;
-      if (kvi < nv) {
-        opaque(v[j]);  // keep decoded weights from being hoisted out of the pair-group loop
+      if (kvi < nv) L.v[j] = load_weights(wb + vec_offset<Layout>(row, kvi, rowb));
+    }
 #pragma unroll
-        for (int m = 0; m < kMC; ++m) {
-          if (m < mc) {
-            const uint16_t* xp = a.x + (size_t)(plist[m0 + m] / a.K) * a.D + (size_t)kvi * F::kElems;
-            Vec16 xv[kXv];
+    for (int j = 0; j < kJ; ++j) {
+      const int kvi = t / kRowsA + kKStepA * j;
+      if (kvi < nv) L.s[j] = F::template scale<Layout>(a.s13, e, 2 * a.I, a.D, row, kvi);
+    }
+  };
+  constexpr int kXv = F::kElems / 8;  // bf16 vectors of x per weight vector
+  int buf = 0;
+  auto compute = [&](int job, Loads& L) {
+    const int u = job / tiles, tile = job - u * tiles;
+    const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
+    for (int m0 = 0; m0 < M; m0 += kMC) {
+      const int mc = imin(kMC, M - m0);
+      float acc[kMC];
 #pragma unroll
-            for (int i = 0; i < kXv; ++i) xv[i] = load_cached(xp + 8 * i);
-            acc[m] = ffma(s[j], F::dot_bf16(v[j], xv), acc[m]);
+      for (int m = 0; m < kMC; ++m) acc[m] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kJ; ++j) {
+        const int kvi = t / kRowsA + kKStepA * j;
+        if (kvi < nv) {
+          opaque(L.v[j]);  // keep decoded weights from being hoisted out of the pair-group loop
+#pragma unroll
+          for (int m = 0; m < kMC; ++m) {
+            if (m < mc) {
+              const uint16_t* xp = a.x + (size_t)(R.plist[beg + m0 + m] / a.K) * a.D + (size_t)kvi * F::kElems;
+              Vec16 xv[kXv];
+#pragma unroll
+              for (int i = 0; i < kXv; ++i) xv[i] = load_cached(xp + 8 * i);
+              acc[m] = ffma(L.s[j], F::dot_bf16(L.v[j], xv), acc[m]);
+            }
           }
         }
       }
-    }
 #pragma unroll
-    for (int m = 0; m < kMC; ++m) {
-      for (int o = kRowsA; o < kWarp; o <<= 1) acc[m] += shfl_xor(acc[m], o);  // lanes of one row
-      if (lane < kRowsA) red[buf][m][w][lane] = acc[m];
-    }
-    block_sync();
-    if (t < 4 * kMC) {
-      const int m = t / 4, i = t % 4;
-      if (m < mc) {
-        float g = 0.0f, u = 0.0f;
-        for (int ww = 0; ww < kWarps; ++ww) {
-          g += red[buf][m][ww][i];
-          u += red[buf][m][ww][4 + i];
-        }
-        a.h[(size_t)plist[m0 + m] * a.I + 4 * tile + i] = silu(g) * u;
+      for (int m = 0; m < kMC; ++m) {
+        for (int o = kRowsA; o < kWarp; o <<= 1) acc[m] += shfl_xor(acc[m], o);  // lanes of one row
+        if (lane < kRowsA) red[buf][m][w][lane] = acc[m];
       }
+      block_sync();
+      if (t < 2 * kMC) {
+        const int m = t / 2, i = t % 2;
+        if (m < mc) {
+          float g = 0.0f, up = 0.0f;
+          for (int ww = 0; ww < kWarps; ++ww) {
+            g += red[buf][m][ww][i];
+            up += red[buf][m][ww][2 + i];
+          }
+          a.h[(size_t)R.plist[beg + m0 + m] * a.I + 2 * tile + i] = silu(g) * up;
+        }
+      }
+      buf ^= 1;  // the next group writes the other buffer; the one after waits behind its barrier
     }
-    buf ^= 1;  // the next group writes the other buffer; the one after waits behind its barrier
+  };
+  int job = block_id();
+  Loads cur, nxt;
+  if (job < njobs) issue(job, cur);
+  while (job < njobs) {
+    const int jn = job + G;
+    if (jn < njobs) issue(jn, nxt);
+    compute(job, cur);
+    cur = nxt;
+    job = jn;
   }
 }
 
