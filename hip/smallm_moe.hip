@@ -12,8 +12,9 @@ template __global__ void smallm_moe_kernel<kMxfp4, kShuffle16x16, 0>(MoeArgs);
 template __global__ void smallm_moe_warp_kernel<kFp8Block128, kRowMajor>(MoeArgs);
 template __global__ void smallm_moe_warp_kernel<kFp8Block128, kShuffle16x16>(MoeArgs);
 #define SMALLM_TWOPASS(F, L)                                                   \
-  template __global__ void smallm_gateup_kernel<F, L, 4>(MoeArgs);           \
-  template __global__ void smallm_gateup_kernel<F, L, 8>(MoeArgs);           \
+  template __global__ void smallm_gateup_kernel<F, L, 8, 4>(MoeArgs);        \
+  template __global__ void smallm_gateup_kernel<F, L, 8, 8>(MoeArgs);        \
+  template __global__ void smallm_gateup_kernel<F, L, 4, 8>(MoeArgs);        \
   template __global__ void smallm_down_kernel<F, L>(MoeArgs);
 SMALLM_TWOPASS(kFp8Block128, kRowMajor)
 SMALLM_TWOPASS(kFp8Block128, kShuffle16x16)
@@ -115,28 +116,33 @@ int launch_warp(const smallm::MoeArgs& a0, gpuStream_t stream) {
   return (int)GPU(GetLastError)();
 }
 
-// Two streaming kernels (smallm_moe_twopass.h). The down kernel needs up to 48 KB of dynamic
-// shared memory (y of every pair for its rows), raised once per device; on CUDA it is a
-// programmatic dependent launch unless SMALLM_PDL=0 (A/B runs).
+// Two streaming kernels (smallm_moe_twopass.h), each with as many blocks as are resident (fewer
+// when there is less work). The down kernel's dynamic shared memory (y of its rows, staged h) is
+// raised per device as needed; on CUDA it is a programmatic dependent launch unless SMALLM_PDL=0.
 template <int Fmt, int Layout>
-int launch_down(const smallm::MoeArgs& a, gpuStream_t stream) {
+int launch_down(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
   auto kernel = smallm_down_kernel<Fmt, Layout>;
-  constexpr int kMaxDyn = kMaxPairs * kMaxRowsB * (int)sizeof(float);
-  static bool raised[kMaxDevices] = {false};
+  static int table[kMaxDevices] = {0};
+  static int raised[kMaxDevices] = {0};
+  int capacity = 0;
+  if (const int err = resident_capacity(kernel, table, capacity)) return err;
+  MoeArgs a = a0;
+  const int N = a.T * a.K, rb = down_rows<Fmt>(a.I), nrb = a.D / rb;
+  int G = nrb < capacity ? nrb : capacity;
+  while (down_ys_floats(N, rb, down_local_blocks(nrb, G)) * 4 > kMaxYsBytes && G < nrb) ++G;
+  a.nblocks = G;
+  const int smem = down_smem_bytes(N, a.I, rb, down_local_blocks(nrb, G));
   int dev = 0;
   if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 1;
-  if (!raised[dev]) {
+  if (smem > raised[dev]) {
     if (GPU(FuncSetAttribute)(reinterpret_cast<const void*>(kernel), GPU(FuncAttributeMaxDynamicSharedMemorySize),
-                              kMaxDyn) != 0)
+                              smem) != 0)
       return 4;
-    raised[dev] = true;
+    raised[dev] = smem;
   }
-  const int rb = down_rows<Fmt>(a.I);
-  const unsigned smem = (unsigned)(a.T * a.K * rb * (int)sizeof(float));
-  const int grid = a.D / rb;
 #if defined(SMALLM_HIP)
-  kernel<<<grid, kThreads, smem, stream>>>(a);
+  kernel<<<G, kThreads, smem, stream>>>(a);
   return (int)GPU(GetLastError)();
 #else
   static const bool pdl = [] {
@@ -144,7 +150,7 @@ int launch_down(const smallm::MoeArgs& a, gpuStream_t stream) {
     return !(v && v[0] == '0');
   }();
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
+  cfg.gridDim = dim3(G);
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
@@ -157,38 +163,40 @@ int launch_down(const smallm::MoeArgs& a, gpuStream_t stream) {
 #endif
 }
 
-// The gate/up kernel: as many blocks as are resident at once, fewer when there are fewer jobs.
-template <int Fmt, int Layout, int kJ>
+template <int Fmt, int Layout, int kRows, int kJ>
 int launch_gateup(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
   static int table[kMaxDevices] = {0};
   int capacity = 0;
-  if (const int err = resident_capacity(smallm_gateup_kernel<Fmt, Layout, kJ>, table, capacity)) return err;
+  if (const int err = resident_capacity(smallm_gateup_kernel<Fmt, Layout, kRows, kJ>, table, capacity)) return err;
   MoeArgs a = a0;
   const long pairs = (long)a.T * a.K;
-  const long jobs_max = (pairs < a.E ? pairs : a.E) * (a.I / 2);
+  const long jobs_max = (pairs < a.E ? pairs : a.E) * (a.I / (kRows / 2));
   a.nblocks = (int)(jobs_max < capacity ? jobs_max : capacity);
   if (a.nblocks < 1) a.nblocks = 1;
-  smallm_gateup_kernel<Fmt, Layout, kJ><<<a.nblocks, kThreads, 0, stream>>>(a);
+  smallm_gateup_kernel<Fmt, Layout, kRows, kJ><<<a.nblocks, kThreads, 0, stream>>>(a);
   return (int)GPU(GetLastError)();
 }
 
 template <int Fmt, int Layout>
 int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   using namespace smallm;
-  const int vpt = gateup_vectors_per_thread<Fmt>(a.D);
-  const int err = vpt <= 4 ? launch_gateup<Fmt, Layout, 4>(a, stream) : launch_gateup<Fmt, Layout, 8>(a, stream);
+  const GateUpShape g = gateup_shape<Fmt>(a.D);
+  int err = -1;
+  if (g.rows == 8 && g.vectors == 4) err = launch_gateup<Fmt, Layout, 8, 4>(a, stream);
+  if (g.rows == 8 && g.vectors == 8) err = launch_gateup<Fmt, Layout, 8, 8>(a, stream);
+  if (g.rows == 4 && g.vectors == 8) err = launch_gateup<Fmt, Layout, 4, 8>(a, stream);
   if (err) return err;
   return launch_down<Fmt, Layout>(a, stream);
 }
 
 }  // namespace
 
-// Shapes the two-pass kernels take: a W13 row fits 8 vectors per thread (fp8 D <= 8192).
+// Shapes the two-pass kernels take: a W13 row over 64 threads fits 8 vectors each (fp8 D <= 8192).
 bool twopass_fits(const smallm::MoeArgs& a, int fmt) {
   using namespace smallm;
-  const int vpt = fmt == kMxfp4 ? gateup_vectors_per_thread<kMxfp4>(a.D) : gateup_vectors_per_thread<kFp8Block128>(a.D);
-  return vpt <= 8;
+  const GateUpShape g = fmt == kMxfp4 ? gateup_shape<kMxfp4>(a.D) : gateup_shape<kFp8Block128>(a.D);
+  return g.rows > 0;
 }
 
 int launch_twopass_kernels(const smallm::MoeArgs& a, int fmt, int layout, gpuStream_t s) {

@@ -5,14 +5,15 @@
 // reads, release, ticket), not by the weight bytes. Here nothing waits on another block:
 //
 //   gate/up  as many blocks as are resident; each derives the distinct experts (first-occurrence
-//            order) and takes jobs b, b + G, ...: job (expert u, tile) is 2 gate rows and the same
-//            2 up rows of W13[e] over all of K (every thread 4-8 vectors of one row), dotted with
+//            order) and takes jobs b, b + G, ...: job (expert u, tile) is 4 gate rows and the same
+//            4 up rows of W13[e] over all of K (every thread 4-8 vectors of one row), dotted with
 //            x of every pair of e, reduced over the block into h[pair, rows] = silu(gate) * up
 //            (fp32). The next job's weights are loaded while this one computes.
-//   down     grid (D / rb row blocks). A block owns rb output rows for every pair: its warps take
-//            the distinct experts in turn (the next expert's W2 rows are loaded while this one
-//            computes), write y[pair, rows] to shared memory, and the block then sums each token's
-//            slots in slot order into out (deterministic: every sum has a fixed order).
+//   down     as many blocks as are resident; block b owns row-blocks (rb output rows) b, b + G, ...
+//            for every pair. Its warps take the (row-block, distinct expert) jobs in turn with three
+//            jobs' W2 rows in flight, read h (staged in shared memory when small), write
+//            y[pair, rows] to shared memory, and the block then sums each token's slots in slot
+//            order into out (deterministic: every sum has a fixed order).
 //
 // On sm_90 the down kernel is launched as a programmatic dependent of the gate/up kernel: its
 // prologue and its first W2 loads run while the gate/up kernel finishes, and it waits
@@ -23,10 +24,10 @@
 
 namespace smallm {
 
-constexpr int kRowsA = 4;      // W13 rows per gate/up job: 2 gate rows and the same 2 up rows
-constexpr int kKStepA = kThreads / kRowsA;  // threads along K per row (vector stride of a thread)
-constexpr int kVecB = 4;       // W2 vectors per lane per expert in the down kernel
-constexpr int kMaxRowsB = 16;  // output rows per down block (fewer for wide I)
+constexpr int kVecB = 4;        // W2 vectors per lane per job in the down kernel
+constexpr int kMaxRowsB = 16;   // output rows per down row-block (fewer for wide I)
+constexpr int kRingB = 3;       // down jobs whose weights are in flight per warp
+constexpr int kHStageBytes = 32 * 1024;  // h staged in shared memory when it fits
 
 // Block size 256; on CUDA at least `minb` resident blocks per SM (register budget).
 #if defined(SMALLM_HIP)
@@ -35,58 +36,76 @@ constexpr int kMaxRowsB = 16;  // output rows per down block (fewer for wide I)
 #define SMALLM_TP_BOUNDS(minb) __launch_bounds__(256, minb)
 #endif
 
-// Vectors of one W13 row each gate/up thread holds: 4 or 8 (the launcher picks the instantiation).
+// Gate/up job shape for hidden size D: kRows W13 rows (half gate, half up) over all of K, every
+// thread kJ vectors of one row. 8 rows while a row fits 8 vectors per thread, else 4; 0 = no fit.
+struct GateUpShape {
+  int rows, vectors;
+};
 template <int Fmt>
-__host__ __device__ inline int gateup_vectors_per_thread(int D) {
+__host__ __device__ inline GateUpShape gateup_shape(int D) {
   const int nv = D / 16 / Format<Fmt>::kRowBytesDiv;
-  return (nv + kKStepA - 1) / kKStepA;
+  const int per8 = (nv * 8 + kThreads - 1) / kThreads, per4 = (nv * 4 + kThreads - 1) / kThreads;
+  if (per8 <= 4) return {8, 4};
+  if (per8 <= 8) return {8, 8};
+  if (per4 <= 8) return {4, 8};
+  return {0, 0};
 }
 
-// Output rows per down block: every lane holds at most kVecB vectors of its row.
+// Output rows per down row-block: every lane holds at most kVecB vectors of its row.
 template <int Fmt>
 __host__ __device__ inline int down_rows(int I) {
   const int nv2 = I / 16 / Format<Fmt>::kRowBytesDiv;
   int rb = kMaxRowsB;
-  while (rb > 4 && nv2 * rb > kVecB * kWarp) rb >>= 1;
+  while (rb > 2 && nv2 * rb > kVecB * kWarp) rb >>= 1;
   return rb;
 }
 
+// Dynamic shared memory of the down kernel: y of every pair for the block's row-blocks, then h
+// when it fits kHStageBytes.
+__host__ __device__ inline int down_local_blocks(int nrb, int G) { return (nrb + G - 1) / G; }
+__host__ __device__ inline bool down_stages_h(int N, int I) { return (long)N * I * 4 <= kHStageBytes; }
+__host__ __device__ inline int down_ys_floats(int N, int rb, int nloc) { return (nloc * N * rb + 3) / 4 * 4; }
+__host__ __device__ inline int down_smem_bytes(int N, int I, int rb, int nloc) {
+  return down_ys_floats(N, rb, nloc) * 4 + (down_stages_h(N, I) ? N * I * 4 : 0);
+}
+constexpr int kMaxYsBytes = 96 * 1024;  // the launcher adds blocks until y fits
+
 // ------------------------------------------------------------------ gate/up kernel
-// Job (distinct expert u, tile): W13 rows 2*tile, 2*tile+1 (gate) and I+2*tile, I+2*tile+1 (up) over
-// all of K. Thread t holds row t % 4 at vectors t/4 + 64j. As many blocks as are resident; block b
-// takes jobs b, b + G, ... and loads the next job's weights while it computes this one.
+// Job (distinct expert u, tile): kRows/2 gate rows tile*kRows/2.. and the same up rows, over all
+// of K. Thread t holds row t % kRows at vectors t / kRows + (kThreads / kRows) j. As many blocks as
+// are resident; block b takes jobs b, b + G, ... and loads the next job's weights while it
+// computes this one.
+template <int kJ>
 struct GateUpLoads {
-  template <int kJ>
-  struct Of {
-    Vec16 v[kJ];
-    float s[kJ];
-  };
+  Vec16 v[kJ];
+  float s[kJ];
 };
 
-template <int Fmt, int Layout, int kJ>
-__global__ void SMALLM_TP_BOUNDS(kJ <= 4 ? 3 : 2) smallm_gateup_kernel(MoeArgs a) {
+template <int Fmt, int Layout, int kRows, int kJ>
+__global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_kernel(MoeArgs a) {
   using F = Format<Fmt>;
-  using Loads = GateUpLoads::Of<kJ>;
+  using Loads = GateUpLoads<kJ>;
+  constexpr int kHalf = kRows / 2, kStep = kThreads / kRows;
   __shared__ Routing R;
-  __shared__ float red[2][kMC][kWarps][kRowsA];
+  __shared__ float red[2][kMC][kWarps][kRows];
   grid_dependents_launch();  // the down kernel may start its prologue and W2 loads now
-  const int t = thread_id(), lane = lane_id(), w = t / kWarp, rr = t % kRowsA;
+  const int t = thread_id(), lane = lane_id(), w = t / kWarp, rr = t % kRows;
   build_routing(a, R);
-  const int tiles = a.I / 2, njobs = R.nd * tiles, G = a.nblocks;
+  const int tiles = a.I / kHalf, njobs = R.nd * tiles, G = a.nblocks;
   const int rowb = a.D / F::kRowBytesDiv, nv = rowb / 16;
-  auto row_of = [&](int tile) { return (rr < 2 ? 0 : a.I) + 2 * tile + (rr & 1); };
   auto issue = [&](int job, Loads& L) {
-    const int u = job / tiles, row = row_of(job - u * tiles);
+    const int u = job / tiles, tile = job - u * tiles;
+    const int row = (rr < kHalf ? 0 : a.I) + kHalf * tile + rr % kHalf;
     const int e = R.id[R.ulead[u]];
     const uint8_t* wb = a.w13 + (size_t)e * 2 * a.I * rowb;
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
-      const int kvi = t / kRowsA + kKStepA * j;
+      const int kvi = t / kRows + kStep * j;
       if (kvi < nv) L.v[j] = load_weights(wb + vec_offset<Layout>(row, kvi, rowb));
     }
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
-      const int kvi = t / kRowsA + kKStepA * j;
+      const int kvi = t / kRows + kStep * j;
       if (kvi < nv) L.s[j] = F::template scale<Layout>(a.s13, e, 2 * a.I, a.D, row, kvi);
     }
   };
@@ -97,18 +116,21 @@ __global__ void SMALLM_TP_BOUNDS(kJ <= 4 ? 3 : 2) smallm_gateup_kernel(MoeArgs a
     const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
     for (int m0 = 0; m0 < M; m0 += kMC) {
       const int mc = imin(kMC, M - m0);
+      const uint16_t* xr[kMC];
+#pragma unroll
+      for (int m = 0; m < kMC; ++m)
+        xr[m] = a.x + (size_t)(R.plist[beg + m0 + imin(m, mc - 1)] / a.K) * a.D + (size_t)(t / kRows) * F::kElems;
       float acc[kMC];
 #pragma unroll
       for (int m = 0; m < kMC; ++m) acc[m] = 0.0f;
 #pragma unroll
       for (int j = 0; j < kJ; ++j) {
-        const int kvi = t / kRowsA + kKStepA * j;
-        if (kvi < nv) {
+        if (t / kRows + kStep * j < nv) {
           opaque(L.v[j]);  // keep decoded weights from being hoisted out of the pair-group loop
 #pragma unroll
           for (int m = 0; m < kMC; ++m) {
             if (m < mc) {
-              const uint16_t* xp = a.x + (size_t)(R.plist[beg + m0 + m] / a.K) * a.D + (size_t)kvi * F::kElems;
+              const uint16_t* xp = xr[m] + (size_t)(kStep * j) * F::kElems;
               Vec16 xv[kXv];
 #pragma unroll
               for (int i = 0; i < kXv; ++i) xv[i] = load_cached(xp + 8 * i);
@@ -119,19 +141,21 @@ __global__ void SMALLM_TP_BOUNDS(kJ <= 4 ? 3 : 2) smallm_gateup_kernel(MoeArgs a
       }
 #pragma unroll
       for (int m = 0; m < kMC; ++m) {
-        for (int o = kRowsA; o < kWarp; o <<= 1) acc[m] += shfl_xor(acc[m], o);  // lanes of one row
-        if (lane < kRowsA) red[buf][m][w][lane] = acc[m];
+        if (m < mc) {
+          for (int o = kRows; o < kWarp; o <<= 1) acc[m] += shfl_xor(acc[m], o);  // lanes of one row
+          if (lane < kRows) red[buf][m][w][lane] = acc[m];
+        }
       }
       block_sync();
-      if (t < 2 * kMC) {
-        const int m = t / 2, i = t % 2;
+      if (t < kHalf * kMC) {
+        const int m = t / kHalf, i = t % kHalf;
         if (m < mc) {
           float g = 0.0f, up = 0.0f;
           for (int ww = 0; ww < kWarps; ++ww) {
             g += red[buf][m][ww][i];
-            up += red[buf][m][ww][2 + i];
+            up += red[buf][m][ww][kHalf + i];
           }
-          a.h[(size_t)R.plist[beg + m0 + m] * a.I + 2 * tile + i] = silu(g) * up;
+          a.h[(size_t)R.plist[beg + m0 + m] * a.I + kHalf * tile + i] = silu(g) * up;
         }
       }
       buf ^= 1;  // the next group writes the other buffer; the one after waits behind its barrier
@@ -150,7 +174,11 @@ __global__ void SMALLM_TP_BOUNDS(kJ <= 4 ? 3 : 2) smallm_gateup_kernel(MoeArgs a
 }
 
 // ------------------------------------------------------------------ down kernel
-// W2 vectors (and scales) of one expert's rb rows held by one lane.
+// Row-block i (rb output rows) x distinct expert u is one warp job: the lane holds row i*rb + lane%rb
+// at vectors lane/rb + (kWarp/rb) c. As many blocks as are resident; block b owns row-blocks
+// b, b + G, ... (nloc of them); its warps take the (row-block, expert) jobs in turn, kRingB jobs'
+// weights in flight per warp, write y[pair, rows] to shared memory, and the block finally sums
+// each token's slots in slot order into out.
 struct DownLoads {
   Vec16 v[kVecB];
   float s[kVecB];
@@ -159,55 +187,54 @@ struct DownLoads {
 template <int Fmt, int Layout>
 __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
   using F = Format<Fmt>;
-  extern __shared__ float ys[];  // [T*K][rb]: y of every pair for this block's rows
-  __shared__ int first[kMaxExperts];
-  __shared__ int ids[kMaxPairs];
+  extern __shared__ __attribute__((aligned(16))) float dsm[];  // ys [nloc][T*K][rb], then staged h [T*K][I]
+  __shared__ Routing R;
   const int t = thread_id(), lane = lane_id(), w = t / kWarp;
-  const int N = a.T * a.K;
-  const int rb = down_rows<Fmt>(a.I), row0 = block_id() * rb;
+  const int N = a.T * a.K, G = a.nblocks, b = block_id();
+  const int rb = down_rows<Fmt>(a.I), nrb = a.D / rb;
+  const int nloc = b < nrb ? (nrb - 1 - b) / G + 1 : 0;  // row-blocks of this block
+  const int nlmax = down_local_blocks(nrb, G);
+  float* ys = dsm;
+  const bool staged = down_stages_h(N, a.I);
+  float* hs = dsm + down_ys_floats(N, rb, nlmax);
   const int rowb2 = a.I / F::kRowBytesDiv, nv2 = rowb2 / 16;
   const int lr = lane % rb, cls = lane / rb, lpr = kWarp / rb;  // lane's row, K class, lanes per row
-  for (int e = t; e < a.E; e += kThreads) first[e] = 0x7fffffff;
-  block_sync();
-  for (int q = t; q < N; q += kThreads) {
-    const int e = a.topk_ids[q];
-    const int id = (e >= 0 && e < a.E) ? e : -1;
-    ids[q] = id;
-    if (id >= 0) smem_atomic_min(&first[id], q);
-  }
-  block_sync();
-  auto next_leader = [&](int q) {  // first pair >= q, q = w (mod kWarps), that opens its expert
-    while (q < N && (ids[q] < 0 || first[ids[q]] != q)) q += kWarps;
-    return q;
-  };
-  auto issue = [&](int q, DownLoads& L) {
-    const int e = ids[q];
+  build_routing(a, R);
+  const int nd = R.nd, njobs = nloc * nd;
+  auto issue = [&](int jj, DownLoads& L) {
+    if (jj >= njobs) return;
+    const int i = jj / nd, u = jj - i * nd;
+    const int row = (b + G * i) * rb + lr, e = R.id[R.ulead[u]];
     const uint8_t* wb = a.w2 + (size_t)e * a.D * rowb2;
 #pragma unroll
     for (int c = 0; c < kVecB; ++c) {
       const int kvi = cls + lpr * c;
-      if (kvi < nv2) L.v[c] = load_weights(wb + vec_offset<Layout>(row0 + lr, kvi, rowb2));
+      if (kvi < nv2) L.v[c] = load_weights(wb + vec_offset<Layout>(row, kvi, rowb2));
     }
 #pragma unroll
     for (int c = 0; c < kVecB; ++c) {
       const int kvi = cls + lpr * c;
-      if (kvi < nv2) L.s[c] = F::template scale<Layout>(a.s2, e, a.D, a.I, row0 + lr, kvi);
+      if (kvi < nv2) L.s[c] = F::template scale<Layout>(a.s2, e, a.D, a.I, row, kvi);
     }
   };
-  bool waited = false;
-  auto compute = [&](int q, DownLoads& L) {
-    if (!waited) {
-      grid_dependency_wait();  // h comes from the gate/up kernel
-      waited = true;
-    }
-    const int e = ids[q];
-    for (int q0 = q; q0 < N; q0 += kWarp) {
-      const int qq = q0 + lane;
-      uint64_t m = ballot(qq < N && ids[qq] == e);
-      while (m != 0) {
-        const int pq = q0 + ctz64(m);
-        m &= m - 1;
-        const float* hq = a.h + (size_t)pq * a.I;
+  // This warp's jobs are w, w + kWarps, ...; the first kRingB are loaded before waiting for h.
+  DownLoads ring[kRingB];
+#pragma unroll
+  for (int k = 0; k < kRingB; ++k) issue(w + kWarps * k, ring[k]);
+  grid_dependency_wait();  // h comes from the gate/up kernel (and out may alias what it reads)
+  if (staged) {
+    for (int i = 4 * t; i < N * a.I; i += 4 * kThreads) *reinterpret_cast<float4*>(hs + i) = load_coherent4(a.h + i);
+  }
+  block_sync();
+  auto jobs = [&](auto S) {  // h from shared memory (S = 1) or global memory (S = 0)
+    constexpr bool kStaged = decltype(S)::value != 0;
+    for (int jj = w; jj < njobs; jj += kWarps) {
+      DownLoads& L = ring[0];
+      const int i = jj / nd, u = jj - i * nd;
+      const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
+      for (int m = 0; m < M; ++m) {
+        const int pq = R.plist[beg + m];
+        const float* hq = (kStaged ? hs : a.h) + (size_t)pq * a.I;
         float acc = 0.0f;
 #pragma unroll
         for (int c = 0; c < kVecB; ++c) {
@@ -217,12 +244,16 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
             const float* hv = hq + kvi * F::kElems;
             float hr[F::kElems];
 #pragma unroll
-            for (int i = 0; i < F::kElems / 4; ++i) {
-              const float4 f = load_coherent4(hv + 4 * i);
-              hr[4 * i] = f.x;
-              hr[4 * i + 1] = f.y;
-              hr[4 * i + 2] = f.z;
-              hr[4 * i + 3] = f.w;
+            for (int q = 0; q < F::kElems / 4; ++q) {
+              float4 f;
+              if constexpr (kStaged)
+                f = *reinterpret_cast<const float4*>(hv + 4 * q);
+              else
+                f = load_coherent4(hv + 4 * q);
+              hr[4 * q] = f.x;
+              hr[4 * q + 1] = f.y;
+              hr[4 * q + 2] = f.z;
+              hr[4 * q + 3] = f.w;
             }
             float part = 0.0f;
             auto step = [&](auto P) {
@@ -236,30 +267,26 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
           }
         }
         for (int o = rb; o < kWarp; o <<= 1) acc += shfl_xor(acc, o);
-        if (cls == 0) ys[pq * rb + lr] = acc;
+        if (cls == 0) ys[(i * N + pq) * rb + lr] = acc;
       }
+#pragma unroll
+      for (int k = 0; k + 1 < kRingB; ++k) ring[k] = ring[k + 1];
+      issue(jj + kWarps * kRingB, ring[kRingB - 1]);
     }
   };
-  int q = next_leader(w);
-  DownLoads cur, nxt;
-  if (q < N) issue(q, cur);
-  while (q < N) {
-    const int qn = next_leader(q + kWarps);
-    if (qn < N) issue(qn, nxt);
-    compute(q, cur);
-    cur = nxt;
-    q = qn;
-  }
-  grid_dependency_wait();  // before writing out (it may alias memory the gate/up kernel reads)
+  if (staged)
+    jobs(IntC<1>{});
+  else
+    jobs(IntC<0>{});
   block_sync();
-  for (int i = t; i < a.T * rb; i += kThreads) {
-    const int tok = i / rb, r = i - tok * rb;
+  for (int idx = t; idx < nloc * a.T * rb; idx += kThreads) {
+    const int i = idx / (a.T * rb), rest = idx - i * a.T * rb, tok = rest / rb, r = rest - tok * rb;
     float sum = 0.0f;
     for (int k = 0; k < a.K; ++k) {
       const int pq = tok * a.K + k;
-      if (ids[pq] >= 0) sum = ffma(a.topk_w[pq], ys[pq * rb + r], sum);
+      if (R.id[pq] >= 0) sum = ffma(a.topk_w[pq], ys[(i * N + pq) * rb + r], sum);
     }
-    a.out[(size_t)tok * a.D + row0 + r] = f32_to_bf16(a.out_scale * sum);
+    a.out[(size_t)tok * a.D + (b + G * i) * rb + r] = f32_to_bf16(a.out_scale * sum);
   }
 }
 
