@@ -571,6 +571,28 @@ SMALLM_DEV uint32_t bf16x2_times_2p40(uint32_t v) {
   return r;
 }
 
+// Two e4m3 values (a 16-bit pair) -> f16x2, exactly (one conversion instruction).
+SMALLM_DEV uint32_t e4m3x2_to_f16x2(uint32_t pair16) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(pair16 & 0xffffu), __NV_E4M3);
+  return (uint32_t)h.x | ((uint32_t)h.y << 16);
+}
+
+// f32 -> f16, round to nearest even.
+SMALLM_DEV uint16_t f32_to_f16(float v) {
+  uint16_t r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(v));
+  return r;
+}
+
+// c += A(16x16, row) * B(16x8, col), f16 inputs, fp32 accumulation (mma.sync m16n8k16).
+SMALLM_DEV void mma_f16_16x8x16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // c += A(16x16, row) * B(16x8, col), bf16 inputs, fp32 accumulation (mma.sync m16n8k16).
 SMALLM_DEV void mma_bf16_16x8x16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                  uint32_t b1) {

@@ -21,6 +21,12 @@ SMALLM_TWOPASS(kFp8Block128, kShuffle16x16)
 SMALLM_TWOPASS(kMxfp4, kRowMajor)
 SMALLM_TWOPASS(kMxfp4, kShuffle16x16)
 #undef SMALLM_TWOPASS
+#if !defined(SMALLM_HIP)
+template __global__ void smallm_gateup_mma_kernel<kRowMajor, 4>(MoeArgs);
+template __global__ void smallm_gateup_mma_kernel<kRowMajor, 8>(MoeArgs);
+template __global__ void smallm_gateup_mma_kernel<kShuffle16x16, 4>(MoeArgs);
+template __global__ void smallm_gateup_mma_kernel<kShuffle16x16, 8>(MoeArgs);
+#endif
 #if defined(SMALLM_HIP)  // sm_90: the portable fp4 decode does not fit 128 registers beside 8 KB of weights
 template __global__ void smallm_moe_warp_kernel<kMxfp4, kRowMajor>(MoeArgs);
 template __global__ void smallm_moe_warp_kernel<kMxfp4, kShuffle16x16>(MoeArgs);
@@ -178,9 +184,50 @@ int launch_gateup(const smallm::MoeArgs& a0, gpuStream_t stream) {
   return (int)GPU(GetLastError)();
 }
 
+#if !defined(SMALLM_HIP)
+// FP8 gate/up on tensor cores (smallm_gateup_mma_kernel): x staged as f16 in dynamic shared memory.
+template <int Layout, int kJ>
+int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
+  using namespace smallm;
+  auto kernel = smallm_gateup_mma_kernel<Layout, kJ>;
+  static int table[kMaxDevices] = {0};
+  static int raised[kMaxDevices] = {0};
+  int capacity = 0;
+  if (const int err = resident_capacity(kernel, table, capacity)) return err;
+  MoeArgs a = a0;
+  const long pairs = (long)a.T * a.K;
+  const long jobs_max = (pairs < a.E ? pairs : a.E) * (a.I / 4);
+  a.nblocks = (int)(jobs_max < capacity ? jobs_max : capacity);
+  if (a.nblocks < 1) a.nblocks = 1;
+  const int smem = a.T * a.D * 2;
+  int dev = 0;
+  if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 1;
+  if (smem > raised[dev]) {
+    if (GPU(FuncSetAttribute)(reinterpret_cast<const void*>(kernel), GPU(FuncAttributeMaxDynamicSharedMemorySize),
+                              smem) != 0)
+      return 4;
+    raised[dev] = smem;
+  }
+  kernel<<<a.nblocks, kThreads, smem, stream>>>(a);
+  return (int)GPU(GetLastError)();
+}
+#endif
+
 template <int Fmt, int Layout>
 int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   using namespace smallm;
+#if !defined(SMALLM_HIP)
+  // FP8 gate/up on tensor cores unless SMALLM_MMA=0 (A/B runs), when x fits the f16 stage.
+  static const bool mma = [] {
+    const char* v = getenv("SMALLM_MMA");
+    return !(v && v[0] == '0');
+  }();
+  if (Fmt == kFp8Block128 && mma && gateup_mma_fits(a.T, a.D) && a.D / 64 <= 8 * kWarps) {
+    const int err = a.D / 64 <= 4 * kWarps ? launch_gateup_mma<Layout, 4>(a, stream) : launch_gateup_mma<Layout, 8>(a, stream);
+    if (err) return err;
+    return launch_down<Fmt, Layout>(a, stream);
+  }
+#endif
   const GateUpShape g = gateup_shape<Fmt>(a.D);
   int err = -1;
   if (g.rows == 8 && g.vectors == 4) err = launch_gateup<Fmt, Layout, 8, 4>(a, stream);

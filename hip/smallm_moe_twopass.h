@@ -173,6 +173,141 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_kernel(MoeArgs a) {
   }
 }
 
+// ------------------------------------------------------------------ gate/up on tensor cores (FP8, sm_89+)
+// Same jobs as smallm_gateup_kernel (4 gate + 4 up rows over all of K), computed as
+// C[pair, row] = sum_k A[pair, k] B[k, row] with mma.sync m16n8k16 (f16 in, fp32 accumulate):
+//   B = the weights: e4m3 -> f16 is exact (one conversion per two weights);
+//   A = x as f16, scaled per token by 2^-e_t so that max|x_t| lands in [2^14, 2^15) (bf16 -> f16 is
+//       then exact for every value above 2^-14 of the scaled range; smaller ones, below 2^-28 of the
+//       token's largest, round to f16 subnormals), staged once per block in shared memory;
+//   2^e_t is applied with the block scales at the end.
+// Lane l = (g = l/4, q = l%4) holds, for step s (vectors 4s..4s+3 of every row: one 128-wide scale
+// block), vector 4s+q of job row g; MMA i of the step takes its bytes 4i..4i+3 as the k values of
+// slots 2q, 2q+1, 2q+8, 2q+9 (the dot product does not depend on the order of k as long as x takes
+// the same order). Warp w takes steps w, w+8, ...; kJ steps at most per warp.
+constexpr int kMmaPairs = 8;                 // pairs per MMA pass (rows g of A; rows g+8 stay zero)
+constexpr int kXStageBytes = 64 * 1024;      // x staged as f16 when T * D * 2 fits
+
+__host__ __device__ inline bool gateup_mma_fits(int T, int D) { return (long)T * D * 2 <= kXStageBytes && D % 64 == 0; }
+
+template <int Layout, int kJ>
+__global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
+#if defined(SMALLM_MMA_BF16)  // instantiated for CUDA only (the package builds sm_90a)
+  using F = Format<kFp8Block128>;
+  using Loads = GateUpLoads<kJ>;
+  extern __shared__ __attribute__((aligned(16))) uint16_t xs[];  // [T][D] f16, x * 2^-e_t
+  __shared__ Routing R;
+  __shared__ float red[2][kWarps][kMmaPairs][8];
+  __shared__ int xmax[kMaxPairs];  // per token: max |x| (float bits), then 2^e_t (float bits)
+  grid_dependents_launch();
+  const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
+  for (int tok = t; tok < a.T; tok += kThreads) xmax[tok] = 0;
+  build_routing(a, R);  // ends with a barrier
+  for (int i = t; i < a.T * a.D; i += kThreads) {
+    const uint32_t v = a.x[i];
+    const float f = __builtin_bit_cast(float, v << 16);
+    atomicMax(&xmax[i / a.D], __builtin_bit_cast(int, f < 0.0f ? -f : f));
+  }
+  block_sync();
+  for (int tok = t; tok < a.T; tok += kThreads) {
+    const int ex = ((xmax[tok] >> 23) & 0xff) - 127;
+    int e = ex - 14;
+    e = e < -100 ? -100 : e;
+    xmax[tok] = (127 + e) << 23;  // 2^e as float bits
+  }
+  block_sync();
+  for (int i = 2 * t; i < a.T * a.D; i += 2 * kThreads) {
+    const uint32_t v = *reinterpret_cast<const uint32_t*>(a.x + i);
+    const float inv = 1.0f / __builtin_bit_cast(float, xmax[i / a.D]);  // 2^-e, exact
+    const uint32_t lo = f32_to_f16(__builtin_bit_cast(float, v << 16) * inv);
+    const uint32_t hi = f32_to_f16(__builtin_bit_cast(float, v & 0xffff0000u) * inv);
+    *reinterpret_cast<uint32_t*>(xs + i) = lo | (hi << 16);
+  }
+  block_sync();
+  const int tiles = a.I / 4, njobs = R.nd * tiles, G = a.nblocks;
+  const int rowb = a.D, nsteps = a.D / 64;
+  auto issue = [&](int job, Loads& L) {
+    const int u = job / tiles, tile = job - u * tiles;
+    const int row = (g < 4 ? 0 : a.I) + 4 * tile + (g & 3);                // B column g
+    const int rowc = (q < 2 ? 0 : a.I) + 4 * tile + 2 * (q & 1);            // C columns 2q, 2q+1
+    const int e = R.id[R.ulead[u]];
+    const uint8_t* wb = a.w13 + (size_t)e * 2 * a.I * rowb;
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      const int st = w + kWarps * j;
+      if (st < nsteps) {
+        L.v[j] = load_weights(wb + vec_offset<Layout>(row, 4 * st + q, rowb));
+        L.s[j] = F::template scale<Layout>(a.s13, e, 2 * a.I, a.D, rowc, 4 * st);
+      }
+    }
+  };
+  int buf = 0;
+  auto compute = [&](int job, Loads& L) {
+    const int u = job / tiles, tile = job - u * tiles;
+    const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
+    for (int m0 = 0; m0 < M; m0 += kMmaPairs) {
+      const int mc = imin(kMmaPairs, M - m0);
+      const bool live = g < mc;
+      const uint16_t* xr = xs + (size_t)(R.plist[beg + m0 + (live ? g : 0)] / a.K) * a.D + q * 16;
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int j = 0; j < kJ; ++j) {
+        const int st = w + kWarps * j;
+        if (st < nsteps) {
+          opaque(L.v[j]);
+          Vec16 x0{}, x1{};
+          if (live) {
+            x0 = *reinterpret_cast<const Vec16*>(xr + st * 64);
+            x1 = *reinterpret_cast<const Vec16*>(xr + st * 64 + 8);
+          }
+          float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t a0 = i < 2 ? x0.w[2 * i] : x1.w[2 * i - 4];
+            const uint32_t a2 = i < 2 ? x0.w[2 * i + 1] : x1.w[2 * i - 3];
+            mma_f16_16x8x16(cs, a0, 0u, a2, 0u, e4m3x2_to_f16x2(L.v[j].w[i]), e4m3x2_to_f16x2(L.v[j].w[i] >> 16));
+          }
+          c[0] = ffma(L.s[j], cs[0], c[0]);
+          c[1] = ffma(L.s[j], cs[1], c[1]);
+        }
+      }
+      // c[0], c[1]: pair g, rows 2q, 2q+1 of the job (0-3 gate, 4-7 up); c[2], c[3] (pairs g+8) are zero.
+      if (live) {
+        red[buf][w][g][2 * q] = c[0];
+        red[buf][w][g][2 * q + 1] = c[1];
+      }
+      block_sync();
+      if (t < 4 * kMmaPairs) {
+        const int m = t / 4, i = t % 4;
+        if (m < mc) {
+          float gs = 0.0f, us = 0.0f;
+          for (int ww = 0; ww < kWarps; ++ww) {
+            gs += red[buf][ww][m][i];
+            us += red[buf][ww][m][4 + i];
+          }
+          const int p = R.plist[beg + m0 + m];
+          const float sc = __builtin_bit_cast(float, xmax[p / a.K]);  // 2^e_t
+          a.h[(size_t)p * a.I + 4 * tile + i] = silu(gs * sc) * (us * sc);
+        }
+      }
+      buf ^= 1;
+    }
+  };
+  int job = block_id();
+  Loads cur, nxt;
+  if (job < njobs) issue(job, cur);
+  while (job < njobs) {
+    const int jn = job + G;
+    if (jn < njobs) issue(jn, nxt);
+    compute(job, cur);
+    cur = nxt;
+    job = jn;
+  }
+#else
+  (void)a;
+#endif
+}
+
 // ------------------------------------------------------------------ down kernel
 // Row-block i (rb output rows) x distinct expert u is one warp job: the lane holds row i*rb + lane%rb
 // at vectors lane/rb + (kWarp/rb) c. As many blocks as are resident; block b owns row-blocks
