@@ -203,25 +203,36 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
   const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
   for (int tok = t; tok < a.T; tok += kThreads) xmax[tok] = 0;
   build_routing(a, R);  // ends with a barrier
-  for (int i = t; i < a.T * a.D; i += kThreads) {
-    const uint32_t v = a.x[i];
-    const float f = __builtin_bit_cast(float, v << 16);
-    atomicMax(&xmax[i / a.D], __builtin_bit_cast(int, f < 0.0f ? -f : f));
+  // x -> f16 * 2^-e_t in shared memory: per token, the max |x| (16-byte loads, warp reduction, one
+  // shared atomic per warp), then 2^e_t with max|x| * 2^-e_t in [2^14, 2^15), then the scaled copy.
+  const int dv = a.D / 8;  // 16-byte vectors per token row
+  for (int tok = 0; tok < a.T; ++tok) {
+    float mx = 0.0f;
+    for (int i = t; i < dv; i += kThreads) {
+      const Vec16 v = load_cached(a.x + (size_t)tok * a.D + 8 * i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) mx = fmaxf(mx, fmaxf(fabsf(bf16_lo(v.w[k])), fabsf(bf16_hi(v.w[k]))));
+    }
+    for (int o = 1; o < kWarp; o <<= 1) mx = fmaxf(mx, shfl_xor(mx, o));
+    if (lane == 0) atomicMax(&xmax[tok], __builtin_bit_cast(int, mx));
   }
   block_sync();
   for (int tok = t; tok < a.T; tok += kThreads) {
-    const int ex = ((xmax[tok] >> 23) & 0xff) - 127;
-    int e = ex - 14;
+    int e = ((xmax[tok] >> 23) & 0xff) - 127 - 14;
     e = e < -100 ? -100 : e;
     xmax[tok] = (127 + e) << 23;  // 2^e as float bits
   }
   block_sync();
-  for (int i = 2 * t; i < a.T * a.D; i += 2 * kThreads) {
-    const uint32_t v = *reinterpret_cast<const uint32_t*>(a.x + i);
-    const float inv = 1.0f / __builtin_bit_cast(float, xmax[i / a.D]);  // 2^-e, exact
-    const uint32_t lo = f32_to_f16(__builtin_bit_cast(float, v << 16) * inv);
-    const uint32_t hi = f32_to_f16(__builtin_bit_cast(float, v & 0xffff0000u) * inv);
-    *reinterpret_cast<uint32_t*>(xs + i) = lo | (hi << 16);
+  for (int tok = 0; tok < a.T; ++tok) {
+    const float inv = __builtin_bit_cast(float, (127 + 127 - ((xmax[tok] >> 23) & 0xff)) << 23);  // 2^-e
+    for (int i = t; i < dv; i += kThreads) {
+      const Vec16 v = load_cached(a.x + (size_t)tok * a.D + 8 * i);
+      Vec16 o;
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        o.w[k] = (uint32_t)f32_to_f16(bf16_lo(v.w[k]) * inv) | ((uint32_t)f32_to_f16(bf16_hi(v.w[k]) * inv) << 16);
+      *reinterpret_cast<Vec16*>(xs + (size_t)tok * a.D + 8 * i) = o;
+    }
   }
   block_sync();
   const int tiles = a.I / 4, njobs = R.nd * tiles, G = a.nblocks;
