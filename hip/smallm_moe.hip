@@ -289,15 +289,13 @@ int launch_variant(const smallm::MoeArgs& args, int fmt, int layout, gpuStream_t
 
 int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* stream) {
   gpuStream_t s = reinterpret_cast<gpuStream_t>(stream);
-  // SMALLM_KERNEL_VARIANT selects an experimental variant (read once per process).
   static const int x_prefetch = [] {  // SMALLM_X_PREFETCH=0 turns the x-slice prefetch off (A/B runs)
     const char* v = getenv("SMALLM_X_PREFETCH");
     return v && v[0] == '0' ? 0 : 1;
   }();
   smallm::MoeArgs a = args;
   a.x_prefetch = x_prefetch;
-  // Default on CUDA (H200, examples/results "h200-experiments"): FP8 runs variant 1 (no cross-item
-  // pipelining, 3 blocks/SM: 13-16 % faster from 2 tokens), MXFP4 variant 0 (faster from 3 tokens).
+  // SMALLM_KERNEL_VARIANT forces a variant (A/B runs; read once per process).
   static const int forced = [] {
     const char* v = getenv("SMALLM_KERNEL_VARIANT");
     const int x = v ? atoi(v) : -1;
@@ -307,17 +305,28 @@ int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* st
     return x >= 0 && x <= 5 ? x : -1;
 #endif
   }();
-  if (forced == kTwoPassVariant && twopass_fits(a, fmt)) return launch_twopass_kernels(a, fmt, layout, s);
 #if !defined(SMALLM_HIP)
-  const int variant = forced >= 0 ? forced : (fmt == smallm::kFp8Block128 ? 1 : 0);
+  // Default on CUDA (H200, examples/results "h200-twopass"): the two streaming kernels (variant 5)
+  // for every shape they take. Other shapes run the block kernel: FP8 variant 1 (no cross-item
+  // pipelining, 3 blocks/SM), MXFP4 variant 0 ("h200-experiments").
+  const int block_default = fmt == smallm::kFp8Block128 ? 1 : 0;
+  int variant = forced >= 0 ? forced : kTwoPassVariant;
+#else
+  // gfx950: the pipelined block kernel until the two-kernel path is measured on AMD hardware.
+  const int block_default = 0;
+  int variant = forced >= 0 ? forced : 0;
+#endif
+  if (variant == kTwoPassVariant) {
+    if (twopass_fits(a, fmt)) return launch_twopass_kernels(a, fmt, layout, s);
+    variant = block_default;
+  }
+#if !defined(SMALLM_HIP)
   if (variant == 4 && fmt == smallm::kFp8Block128) {  // phase 1 on tensor cores (FP8 only)
     if (layout == smallm::kRowMajor) return launch<smallm::kFp8Block128, smallm::kRowMajor, 4>(a, s);
     return launch<smallm::kFp8Block128, smallm::kShuffle16x16, 4>(a, s);
   }
   if (variant == 1 || variant == 4) return launch_variant<1>(a, fmt, layout, s);
   if (variant == 2) return launch_variant<2>(a, fmt, layout, s);
-#else
-  const int variant = forced >= 0 ? forced : 0;
 #endif
   if (variant == kWarpVariant && warp_kernel_fits(a, fmt)) return launch_warp_kernel(a, fmt, layout, s);
   return launch_variant<0>(a, fmt, layout, s);

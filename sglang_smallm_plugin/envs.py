@@ -28,13 +28,13 @@ ARCH = Switch("SGLANG_SMALLM_ARCH", "", "override the build target (e.g. gfx950,
 LOG_ALL_RANKS = Switch("SGLANG_SMALLM_LOG_ALL_RANKS", "0", "1 logs path decisions on every rank, not only rank 0")
 
 KERNEL_VARIANT = Switch("SMALLM_KERNEL_VARIANT", "",
-                        "experiment (read once by the kernel launcher): unset = CUDA FP8 1, else 0; "
-                        "0 pipelined, 1 no pipelining 3 blocks/SM, 2 4 blocks/SM (CUDA only), "
-                        "3 warp-sized items (FP8 with I <= 512 on sm_90, every format on gfx950; "
-                        "other calls run the default), 4 variant 1 with phase 1 on tensor cores (FP8, CUDA); "
-                        "3 and 4 measured no faster on H200")
+                        "A/B switch (read once by the kernel launcher; kernels.VARIANTS lists them): unset = "
+                        "CUDA 5 (two streaming kernels) where it fits, else the block kernel; gfx950 0")
+MMA = Switch("SMALLM_MMA", "1", "A/B switch (CUDA, variant 5): 0 computes FP8 gate/up on CUDA cores, not tensor cores")
+PDL = Switch("SMALLM_PDL", "1",
+             "A/B switch (CUDA, variant 5): 0 launches the down kernel without programmatic dependent launch")
 TICKET_BATCH = Switch("SMALLM_TICKET_BATCH", "", "experiment (variant 3): items claimed per ticket, default 1")
 X_PREFETCH = Switch("SMALLM_X_PREFETCH", "1",
                     "experiment (kernel launcher): 0 turns off copying the next item's activations early")
 
-ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, X_PREFETCH, TICKET_BATCH)
+ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, PDL, X_PREFETCH, TICKET_BATCH)

@@ -26,20 +26,28 @@ SYNC_FIXED_WORDS = 2 + 2 * MAX_PAIRS  # ticket, exit, done1[MAX_PAIRS], used1[MA
 MIN_ROWS2 = 8  # fewest output rows per phase-2 item (hip/smallm_args.h kMinRows2)
 
 
+# What the launcher (hip/smallm_moe.hip) runs for each SMALLM_KERNEL_VARIANT value; measured on the
+# H200 in examples/results (sections named in brackets).
+VARIANTS = {
+    "": "default: CUDA two streaming kernels (variant 5) for every shape they take, else the block kernel "
+        "(FP8 variant 1, MXFP4 variant 0); gfx950 the pipelined block kernel (variant 0) [h200-twopass]",
+    "0": "block kernel, cross-item pipelining, 2 blocks/SM",
+    "1": "block kernel, no pipelining, 3 blocks/SM (CUDA; the FP8 default before variant 5) [h200-experiments]",
+    "2": "block kernel, no pipelining, 4 blocks/SM (CUDA; spills, slower) [h200-variants]",
+    "3": "warp-sized items (experimental; FP8 with I <= 512 on sm_90, any format on gfx950; slower) [h200-warp-kernel]",
+    "4": "block kernel with phase 1 on tensor cores (experimental; FP8 on CUDA; not faster) [h200-mma-phase1]",
+    "5": "two streaming kernels: gate/up (FP8 on tensor cores on CUDA) then down + slot sum (programmatic "
+         "dependent launch on sm_90) [h200-twopass]",
+}
+
+
 def variant_note() -> str:
-    """Which MoE kernel variant the launcher will run (SMALLM_KERNEL_VARIANT, an experiment switch)."""
+    """Which MoE kernel variant the launcher will run (SMALLM_KERNEL_VARIANT, an A/B switch)."""
     from . import envs
 
     v = envs.KERNEL_VARIANT.get().strip()
-    if not v:
-        return "kernel variant: default (CUDA: FP8 block items without pipelining, MXFP4 pipelined; gfx950: pipelined)"
-    if v == "3":
-        return ("kernel variant: SMALLM_KERNEL_VARIANT=3, warp-sized items (experimental; FP8 with I <= 512 on sm_90, "
-                "any format on gfx950; other calls run the default)")
-    if v == "4":
-        return ("kernel variant: SMALLM_KERNEL_VARIANT=4, phase 1 on tensor cores (experimental; FP8 on CUDA, "
-                "other calls run the default)")
-    return f"kernel variant: SMALLM_KERNEL_VARIANT={v} (experimental)"
+    what = VARIANTS.get(v, "not a variant: the launcher ignores it and runs the default")
+    return f"kernel variant: {'SMALLM_KERNEL_VARIANT=' + v if v else 'unset'} ({what})"
 
 
 @dataclass(frozen=True)

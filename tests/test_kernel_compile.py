@@ -22,10 +22,14 @@ def _moe(rows):
     return [r for r in rows if r["kernel"].startswith("moe ")]
 
 
+def _twopass(r):
+    return " gate/up " in r["kernel"] or r["kernel"].endswith(" down")
+
+
 def test_gfx950_compiles_every_kernel_without_scratch(gfx950):
     names = sorted(r["kernel"] for r in gfx950)
     assert names == sorted([f"moe {f} {l}{v}" for f in ("fp8_block128", "mxfp4") for l in ("row_major", "shuffle16x16")
-                            for v in ("", " warp-items")]
+                            for v in ("", " warp-items", " gate/up 8x4", " gate/up 8x8", " gate/up 4x8", " down")]
                            + [f"sort {f} {p}" for f in ("aiter", "triton") for p in ("compact", "distributed")]
                            + ["read floor (bench)"])
     for r in gfx950:
@@ -34,21 +38,28 @@ def test_gfx950_compiles_every_kernel_without_scratch(gfx950):
 
 
 def test_gfx950_uses_its_scale_convert_and_dot_instructions(gfx950):
+    """Dot products with x (bf16): weights converted to bf16 pairs, then bf16 dot2; products with
+    the fp32 intermediate: weights converted to fp32 pairs. The block kernels do both, the two-pass
+    gate/up kernel the first, its down kernel the second."""
     for r in _moe(gfx950):
-        c = r["counts"]
-        if "fp8" in r["kernel"]:
-            assert c["v_cvt_scalef32_pk_bf16_fp8"] > 0 and c["v_cvt_scalef32_pk_f32_fp8"] > 0, r
-        else:
-            assert c["v_cvt_scalef32_pk_bf16_fp4"] > 0 and c["v_cvt_scalef32_pk_f32_fp4"] > 0, r
-        assert c["v_dot2c_f32_bf16"] + c["v_dot2_f32_bf16"] > 0, r
+        c, k = r["counts"], r["kernel"]
+        bits = "fp8" if "fp8" in k else "fp4"
+        dot_x = not k.endswith(" down")
+        dot_h = " gate/up " not in k
+        assert (c[f"v_cvt_scalef32_pk_bf16_{bits}"] > 0) == dot_x, r
+        assert (c["v_dot2c_f32_bf16"] + c["v_dot2_f32_bf16"] > 0) == dot_x, r
+        assert (c[f"v_cvt_scalef32_pk_f32_{bits}"] > 0) == dot_h, r
         assert c["global_load_dwordx4"] > 0, r
 
 
 def test_gfx950_cross_block_handoff_is_device_coherent(gfx950):
-    """Phase 1 -> phase 2 and the slot sums hand data between workgroups that may sit on different
-    XCDs: the agent-scope release / acquire must lower to L2 write-back / invalidate."""
+    """Block and warp-item kernels: phase 1 -> phase 2 and the slot sums hand data between
+    workgroups that may sit on different XCDs: the agent-scope release / acquire must lower to L2
+    write-back / invalidate. The two-pass kernels hand nothing between workgroups of one launch
+    (h crosses the kernel boundary), so they have neither."""
     for r in _moe(gfx950):
-        assert r["counts"]["buffer_wbl2"] > 0 and r["counts"]["buffer_inv"] > 0, r
+        has = r["counts"]["buffer_wbl2"] > 0 and r["counts"]["buffer_inv"] > 0
+        assert has != _twopass(r), r
 
 
 def test_gfx950_sort_kernels(gfx950):
@@ -65,7 +76,7 @@ def test_gfx950_sort_kernels(gfx950):
 
 def test_gfx942_build_has_gfx950_path_gated_off(tmp_path):
     rows = [r for _, rs in isa.compile_all("gfx942", tmp_path) for r in rs]
-    assert len(rows) == 13  # 4 moe + 4 moe warp-items + 4 sort + read floor
+    assert len(rows) == 29  # 4 moe + 4 warp-items + 12 gate/up + 4 down + 4 sort + read floor
     for r in rows:
         assert all(r["counts"][k] == 0 for k in r["counts"] if k.startswith("v_cvt_scalef32")), r
 

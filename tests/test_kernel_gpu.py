@@ -43,16 +43,21 @@ def test_sort_matches_reference_exactly(case, seed):
     assert r.ok, r
 
 
-@pytest.mark.parametrize("variant", ["3", "4", "5"])
-def test_experimental_variants_match_reference(variant):
-    """The opt-in kernels (SMALLM_KERNEL_VARIANT=3 warp items, 4 tensor-core phase 1, 5 two streaming
-    kernels; read once per process, so in a child process): the same numerics contract as the
-    default kernel."""
+@pytest.mark.parametrize("switches", [
+    {"SMALLM_KERNEL_VARIANT": "1"},  # the block kernel (the default for shapes variant 5 does not take)
+    {"SMALLM_KERNEL_VARIANT": "3"},  # warp items
+    {"SMALLM_KERNEL_VARIANT": "4"},  # block kernel, phase 1 on tensor cores
+    {"SMALLM_KERNEL_VARIANT": "5", "SMALLM_MMA": "0"},  # two kernels, FP8 gate/up on CUDA cores
+    {"SMALLM_KERNEL_VARIANT": "5", "SMALLM_PDL": "0"},  # two kernels, plain stream-ordered launches
+], ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
+def test_kernel_variants_match_reference(switches):
+    """Every kernel variant and A/B switch (read once per process, so in a child process): the same
+    numerics contract as the default kernel."""
     import os
     import subprocess
     import sys
 
-    env = dict(os.environ, SMALLM_KERNEL_VARIANT=variant)
+    env = dict(os.environ, **switches)
     r = subprocess.run([sys.executable, "-m", "sglang_smallm_plugin.cli", "selftest", "--what", "moe", "--seeds", "2",
                         "--shapes", "qwen35-tp8,qwen3-235b-tp4", "--formats", "fp8_block128", "--tokens", "1,3,8"],
                        env=env, capture_output=True, text=True, timeout=600)
