@@ -71,6 +71,21 @@ __host__ __device__ inline int down_smem_bytes(int N, int I, int rb, int nloc) {
 constexpr int kMaxYsBytes = 96 * 1024;  // the launcher adds blocks until y fits
 
 // ------------------------------------------------------------------ gate/up kernel
+// Jobs b, b + G, ... (< njobs) of block b, the next job's weights loaded while this one computes.
+template <class Loads, class Issue, class Compute>
+SMALLM_DEV void run_jobs(int njobs, int G, Issue& issue, Compute& compute) {
+  int job = block_id();
+  Loads cur, nxt;
+  if (job < njobs) issue(job, cur);
+  while (job < njobs) {
+    const int jn = job + G;
+    if (jn < njobs) issue(jn, nxt);
+    compute(job, cur);
+    cur = nxt;
+    job = jn;
+  }
+}
+
 // Job (distinct expert u, tile): kRows/2 gate rows tile*kRows/2.. and the same up rows, over all
 // of K. Thread t holds row t % kRows at vectors t / kRows + (kThreads / kRows) j. As many blocks as
 // are resident; block b takes jobs b, b + G, ... and loads the next job's weights while it
@@ -161,16 +176,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_kernel(MoeArgs a) {
       buf ^= 1;  // the next group writes the other buffer; the one after waits behind its barrier
     }
   };
-  int job = block_id();
-  Loads cur, nxt;
-  if (job < njobs) issue(job, cur);
-  while (job < njobs) {
-    const int jn = job + G;
-    if (jn < njobs) issue(jn, nxt);
-    compute(job, cur);
-    cur = nxt;
-    job = jn;
-  }
+  run_jobs<Loads>(njobs, G, issue, compute);
 }
 
 // ------------------------------------------------------------------ gate/up on tensor cores (FP8, sm_89+)
@@ -304,16 +310,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
       buf ^= 1;
     }
   };
-  int job = block_id();
-  Loads cur, nxt;
-  if (job < njobs) issue(job, cur);
-  while (job < njobs) {
-    const int jn = job + G;
-    if (jn < njobs) issue(jn, nxt);
-    compute(job, cur);
-    cur = nxt;
-    job = jn;
-  }
+  run_jobs<Loads>(njobs, G, issue, compute);
 #else
   (void)a;
 #endif
