@@ -553,24 +553,7 @@ SMALLM_DEV float dot32_fp4_bf16(const Vec16& w, const Vec16* x4) {
 
 // ---------------------------------------------------------------- tensor-core micro-operations (sm_89+)
 #if defined(SMALLM_SM89_FP8)
-#define SMALLM_MMA_BF16 1
-// Two e4m3 values (a 16-bit pair) -> bf16x2 holding value * 2^-112, exactly: the hardware e4m3 -> f16
-// conversion (every e4m3 value is a normal f16 or zero), then the f16 exponent field moved into the
-// low bits of the bf16 one (a fixed power of two the caller folds into its scale).
-SMALLM_DEV uint32_t e4m3x2_to_bf16x2_2m112(uint32_t pair16) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(pair16 & 0xffffu), __NV_E4M3);
-  const uint32_t u = (uint32_t)h.x | ((uint32_t)h.y << 16);
-  return ((u >> 3) & 0x0fff0fffu) | (u & 0x80008000u);
-}
-
-// bf16x2 * 2^40, exactly (a power of two: zeros stay zero, subnormals become normal; overflows to
-// inf only for |x| >= 2^88). One packed multiply.
-SMALLM_DEV uint32_t bf16x2_times_2p40(uint32_t v) {
-  uint32_t r;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(v), "r"(0x53805380u));
-  return r;
-}
-
+#define SMALLM_MMA_F16 1
 // Two e4m3 values (a 16-bit pair) -> f16x2, exactly (one conversion instruction).
 SMALLM_DEV uint32_t e4m3x2_to_f16x2(uint32_t pair16) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(pair16 & 0xffffu), __NV_E4M3);
@@ -588,15 +571,6 @@ SMALLM_DEV uint16_t f32_to_f16(float v) {
 SMALLM_DEV void mma_f16_16x8x16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                 uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// c += A(16x16, row) * B(16x8, col), bf16 inputs, fp32 accumulation (mma.sync m16n8k16).
-SMALLM_DEV void mma_bf16_16x8x16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                 uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));

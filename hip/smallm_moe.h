@@ -42,11 +42,12 @@ constexpr int kWarps = kThreads / kWarp;
 #define SMALLM_BOUNDS __attribute__((amdgpu_flat_work_group_size(1, 256)))
 #endif
 #else
-#define SMALLM_BOUNDS __launch_bounds__(256, (Variant == 0 ? 2 : (Variant == 1 || Variant == 4) ? 3 : 4))
+#define SMALLM_BOUNDS __launch_bounds__(256, (Variant == 0 ? 2 : Variant == 1 ? 3 : 4))
 #endif
 // Variant (experiment; see examples/results): 0 = cross-item load pipelining, 2 blocks/SM;
 // 1 = no pipelining, 3 blocks/SM; 2 = no pipelining, 4 blocks/SM (occupancy hides latency);
-// 4 = variant 1 with phase 1 on tensor cores (FP8, sm_89+; phase1_item_mma).
+// (4, phase 1 on tensor cores, was measured no faster and is gone: examples/results "h200-mma-phase1";
+// variant 5 in smallm_moe_twopass.h puts the gate/up products on tensor cores instead.)
 
 // ------------------------------------------------------------------ format policies
 template <int Fmt>
@@ -384,111 +385,6 @@ SMALLM_DEV void phase1_item(const MoeArgs& a, const Geometry& G, const Routing& 
   if (t == 0) signal_add(&a.sync[kSyncDone1 + lead], 1u);
 }
 
-#if defined(SMALLM_MMA_BF16)
-// Phase 1 on tensor cores (FP8). Warp w takes the K chunks c = w and w + 8 of the slice (4 vectors
-// each); lane l (row r = l/4 of the 16-row group, quad q = l%4) holds vector 4c + q of rows r and
-// r + 8, for gate and up: the same 8 x 16 bytes per thread as phase1_loads. One m16n8k16 MMA takes
-// bytes 4i..4i+3 of each quad lane's vectors as its 16 k values (the dot product does not depend on
-// the order of k, as long as x is taken in the same order), x pairs as its 8 columns. Weights enter
-// as bf16 * 2^-112 (exact), x as bf16 * 2^40 (exact; one packed multiply per fragment), so the 2^72 goes
-// into the block scales.
-constexpr float kMmaUnscale = 4722366482869645213696.0f;  // 2^72
-
-template <int Layout>
-SMALLM_DEV void phase1_loads_mma(const MoeArgs& a, const Geometry& G, const Routing& R, int u, int grp, int ks, Loads& L) {
-  using F = Format<kFp8Block128>;
-  const int t = thread_id(), lane = t % kWarp, w = t / kWarp, r = lane >> 2, q = lane & 3;
-  const int e = R.id[R.ulead[u]];
-  const int rows13 = 2 * a.I;
-  const uint8_t* wb = a.w13 + (size_t)e * rows13 * G.rowb1;
-#pragma unroll
-  for (int cc = 0; cc < 2; ++cc) {
-    const int kvi = ks * kSlice1 + (w + 8 * cc) * 4 + q;
-    if (kvi < G.nv1) {
-      L.v[2 * cc] = load_weights(wb + vec_offset<Layout>(grp * 16 + r, kvi, G.rowb1));
-      L.v[2 * cc + 1] = load_weights(wb + vec_offset<Layout>(grp * 16 + r + 8, kvi, G.rowb1));
-      L.v[4 + 2 * cc] = load_weights(wb + vec_offset<Layout>(a.I + grp * 16 + r, kvi, G.rowb1));
-      L.v[5 + 2 * cc] = load_weights(wb + vec_offset<Layout>(a.I + grp * 16 + r + 8, kvi, G.rowb1));
-    }
-  }
-#pragma unroll
-  for (int cc = 0; cc < 2; ++cc) {
-    const int kvi = ks * kSlice1 + (w + 8 * cc) * 4 + q;
-    if (kvi < G.nv1) {
-      L.s[cc] = kMmaUnscale * F::template scale<Layout>(a.s13, e, rows13, a.D, grp * 16 + r, kvi);
-      L.s[2 + cc] = kMmaUnscale * F::template scale<Layout>(a.s13, e, rows13, a.D, a.I + grp * 16 + r, kvi);
-    }
-  }
-}
-
-template <int Layout>
-SMALLM_DEV void phase1_item_mma(const MoeArgs& a, const Geometry& G, const Routing& R, int u, int grp, int ks,
-                                Loads& L, float (*red)[2][kMC][16], Vec16* xs) {
-  const int t = thread_id(), lane = t % kWarp, w = t / kWarp, r = lane >> 2, q = lane & 3;
-  const int lead = R.ulead[u];
-  constexpr int kXv = 2;
-  const int slice_vecs = kSlice1 * kXv;
-  const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
-  const int chunk = x_chunk_pairs<kFp8Block128>(G);
-  for (int m0 = 0; m0 < M; m0 += chunk) {
-    const int mc = imin(chunk, M - m0);
-    stage_x_chunk<kFp8Block128>(a, G, R, u, ks, m0, mc, xs);
-    copy_async_commit();
-    copy_async_wait();
-    block_sync();
-    float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int cc = 0; cc < 2; ++cc) {
-      const int c = w + 8 * cc;
-      const bool valid = ks * kSlice1 + c * 4 + q < G.nv1;
-      const uint16_t* xb = reinterpret_cast<const uint16_t*>(xs + r * slice_vecs) + (c * 4 + q) * 16;
-      float tg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, tu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        uint32_t b0 = 0, b1 = 0;
-        if (valid && r < mc) {
-          const uint2 bx = *reinterpret_cast<const uint2*>(xb + 4 * i);
-          b0 = bf16x2_times_2p40(bx.x);
-          b1 = bf16x2_times_2p40(bx.y);
-        }
-        auto frag = [&](const Vec16& v, bool hi) {
-          return valid ? e4m3x2_to_bf16x2_2m112(hi ? v.w[i] >> 16 : v.w[i]) : 0u;
-        };
-        mma_bf16_16x8x16(tg, frag(L.v[2 * cc], false), frag(L.v[2 * cc + 1], false), frag(L.v[2 * cc], true),
-                         frag(L.v[2 * cc + 1], true), b0, b1);
-        mma_bf16_16x8x16(tu, frag(L.v[4 + 2 * cc], false), frag(L.v[5 + 2 * cc], false), frag(L.v[4 + 2 * cc], true),
-                         frag(L.v[5 + 2 * cc], true), b0, b1);
-      }
-      if (valid) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          cg[j] = ffma(tg[j], L.s[cc], cg[j]);
-          cu[j] = ffma(tu[j], L.s[2 + cc], cu[j]);
-        }
-      }
-    }
-    // C fragment: c0/c1 row r pairs 2q/2q+1, c2/c3 row r+8
-    if (2 * q < mc) {
-      red[w][0][2 * q][r] = cg[0];
-      red[w][0][2 * q][r + 8] = cg[2];
-      red[w][1][2 * q][r] = cu[0];
-      red[w][1][2 * q][r + 8] = cu[2];
-    }
-    if (2 * q + 1 < mc) {
-      red[w][0][2 * q + 1][r] = cg[1];
-      red[w][0][2 * q + 1][r + 8] = cg[3];
-      red[w][1][2 * q + 1][r] = cu[1];
-      red[w][1][2 * q + 1][r + 8] = cu[3];
-    }
-    block_sync();
-    write_partials(a, G, R, red, beg + m0, mc, grp, ks);
-    if (m0 + chunk < M) block_sync();  // red and the x slices are reused by the next pair chunk
-  }
-  publish_block_writes();
-  if (t == 0) signal_add(&a.sync[kSyncDone1 + lead], 1u);
-}
-#endif
-
 // ------------------------------------------------------------------ phase 2
 // Item (distinct expert u, row range rng): `tpr` adjacent threads share an output row, each
 // holding at most 8 of its vectors in registers (all loaded before waiting on phase 1).
@@ -621,12 +517,6 @@ __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
     if (it >= n) return;
     if (it < n1) {
       const int u = it / G.n1per, rest = it - u * G.n1per;
-#if defined(SMALLM_MMA_BF16)
-      if constexpr (Variant == 4 && Fmt == kFp8Block128) {
-        phase1_loads_mma<Layout>(a, G, R, u, rest / G.ksplit, rest % G.ksplit, L);
-        return;
-      }
-#endif
       phase1_loads<Fmt, Layout>(a, G, R, u, rest / G.ksplit, rest % G.ksplit, L);
     } else {
       const int i2 = it - n1;
@@ -637,12 +527,6 @@ __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
   auto process = [&](int it, Loads& L, int half, bool prefetched, bool newer_copies) {
     if (it < n1) {
       const int u = it / G.n1per, rest = it - u * G.n1per;
-#if defined(SMALLM_MMA_BF16)
-      if constexpr (Variant == 4 && Fmt == kFp8Block128) {
-        phase1_item_mma<Layout>(a, G, R, u, rest / G.ksplit, rest % G.ksplit, L, red, xhalf(half));
-        return;
-      }
-#endif
       phase1_item<Fmt, Layout>(a, G, R, u, rest / G.ksplit, rest % G.ksplit, L, red, xhalf(half), prefetched,
                                newer_copies);
     } else {

@@ -40,8 +40,6 @@ template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 2>(MoeArgs);
 template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 2>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 2>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kShuffle16x16, 2>(MoeArgs);
-template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 4>(MoeArgs);
-template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 4>(MoeArgs);
 #endif
 }  // namespace smallm
 
@@ -302,7 +300,7 @@ int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* st
 #if defined(SMALLM_HIP)
     return x == 0 || x == kWarpVariant || x == kTwoPassVariant ? x : -1;
 #else
-    return x >= 0 && x <= 5 ? x : -1;
+    return (x >= 0 && x <= 3) || x == kTwoPassVariant ? x : -1;
 #endif
   }();
 #if !defined(SMALLM_HIP)
@@ -321,11 +319,7 @@ int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* st
     variant = block_default;
   }
 #if !defined(SMALLM_HIP)
-  if (variant == 4 && fmt == smallm::kFp8Block128) {  // phase 1 on tensor cores (FP8 only)
-    if (layout == smallm::kRowMajor) return launch<smallm::kFp8Block128, smallm::kRowMajor, 4>(a, s);
-    return launch<smallm::kFp8Block128, smallm::kShuffle16x16, 4>(a, s);
-  }
-  if (variant == 1 || variant == 4) return launch_variant<1>(a, fmt, layout, s);
+  if (variant == 1) return launch_variant<1>(a, fmt, layout, s);
   if (variant == 2) return launch_variant<2>(a, fmt, layout, s);
 #endif
   if (variant == kWarpVariant && warp_kernel_fits(a, fmt)) return launch_warp_kernel(a, fmt, layout, s);

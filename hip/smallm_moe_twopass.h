@@ -198,7 +198,7 @@ __host__ __device__ inline bool gateup_mma_fits(int T, int D) { return (long)T *
 
 template <int Layout, int kJ>
 __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
-#if defined(SMALLM_MMA_BF16)  // instantiated for CUDA only (the package builds sm_90a)
+#if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
   using F = Format<kFp8Block128>;
   using Loads = GateUpLoads<kJ>;
   extern __shared__ __attribute__((aligned(16))) uint16_t xs[];  // [T][D] f16, x * 2^-e_t

@@ -35,7 +35,8 @@ VARIANTS = {
     "1": "block kernel, no pipelining, 3 blocks/SM (CUDA; the FP8 default before variant 5) [h200-experiments]",
     "2": "block kernel, no pipelining, 4 blocks/SM (CUDA; spills, slower) [h200-variants]",
     "3": "warp-sized items (experimental; FP8 with I <= 512 on sm_90, any format on gfx950; slower) [h200-warp-kernel]",
-    "4": "block kernel with phase 1 on tensor cores (experimental; FP8 on CUDA; not faster) [h200-mma-phase1]",
+    "4": "removed (block kernel with phase 1 on tensor cores, measured not faster) [h200-mma-phase1]; "
+         "the launcher runs the default",
     "5": "two streaming kernels: gate/up (FP8 on tensor cores on CUDA) then down + slot sum (programmatic "
          "dependent launch on sm_90) [h200-twopass]",
 }
