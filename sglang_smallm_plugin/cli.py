@@ -18,6 +18,10 @@ def cmd_selftest(a):
         res = selftest.run(formats=_csv(a.formats), shapes=_csv(a.shapes), layouts=_csv(a.layouts),
                            seeds=range(a.seeds), tokens=_csv(a.tokens, int) if a.tokens else None)
         ok = all(r.ok for r in res)
+    if a.what in ("all", "edge"):
+        from . import edge_cases
+
+        ok = all(r.ok for r in edge_cases.run(formats=_csv(a.formats))) and ok
     if a.what in ("all", "sort"):
         from . import sort_selftest
 
@@ -92,7 +96,8 @@ def main(argv=None):
     s.add_argument("--layouts", default=f"{ROW_MAJOR},{SHUFFLE16}")
     s.add_argument("--seeds", type=int, default=5)
     s.add_argument("--tokens", default="", help="default: 1,3,8 and the cap")
-    s.add_argument("--what", default="all", choices=("all", "moe", "sort"), help="which kernels to check")
+    s.add_argument("--what", default="all", choices=("all", "moe", "edge", "sort"),
+                   help="which checks: the MoE matrix, MoE edge-case inputs, the sort (all: every one)")
     s.set_defaults(fn=cmd_selftest)
 
     i = sub.add_parser("isa", help="compile every kernel for an AMD arch without ROCm and summarise the ISA")

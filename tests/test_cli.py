@@ -48,7 +48,8 @@ def test_demo_on_cpu():
     assert "worst relative error" in r.stdout and ": OK" in r.stdout
 
 
-@pytest.mark.parametrize("cmd", [("bench",), ("selftest",), ("bench", "--sort"), ("selftest", "--what", "sort")])
+@pytest.mark.parametrize("cmd", [("bench",), ("selftest",), ("bench", "--sort"), ("selftest", "--what", "sort"),
+                                 ("selftest", "--what", "edge")])
 def test_gpu_commands_explain_themselves_on_cpu(cmd):
     r = _cli(*cmd)
     assert r.returncode != 0

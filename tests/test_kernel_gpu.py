@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from sglang_smallm_plugin import kernels
+from sglang_smallm_plugin.edge_cases import EDGE_CASES
 
 _mod, _why = kernels.load_compiled()
 pytestmark = [
@@ -24,6 +25,19 @@ def test_kernel_matches_reference(fmt, layout, shape, seed):
 
     for t in (1, 3, 8):
         r = selftest.check_case(SHAPES[shape], fmt, layout, t, seed, "cuda")
+        assert r.ok, r
+
+
+@pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
+@pytest.mark.parametrize("case", [c.name for c in EDGE_CASES])
+def test_kernel_edge_cases_match_reference(case, fmt):
+    """Activation ranges past f16, invalid ids, a token with no valid slot (exact zeros), crowded
+    experts, a routed scaling factor: `sglang-smallm selftest --what edge`."""
+    from sglang_smallm_plugin import edge_cases
+
+    c = next(c for c in edge_cases.EDGE_CASES if c.name == case)
+    for seed in range(2):
+        r = edge_cases.check_edge_case(c, fmt, seed, "cuda")
         assert r.ok, r
 
 

@@ -293,3 +293,28 @@ def test_bad_inputs_raise_clear_errors():
         require_tensor(torch.zeros(4, 4).t(), "x", contiguous=True)
     with pytest.raises(ValueError, match="multiple of 32"):
         R.mxfp8_quant(torch.zeros(2, 48))
+
+
+# ----------------------------------------------------------------- x staged as f16 (tensor-core gate/up)
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("magnitude", [2.0 ** -60, 2.0 ** -20, 1.0, 2.0 ** 14, 2.0 ** 40, 2.0 ** 100])
+def test_x_to_f16_per_token_is_exact_above_2m28_of_the_max(seed, magnitude):
+    """What the FP8 tensor-core gate/up stages instead of bf16 x: scaled per token by a power of two
+    so that no value overflows f16 and every value within 2^28 of the token's largest is exact."""
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(4, 4096, generator=g) * magnitude)
+    x[0, 5] *= 1e4  # an outlier in one token
+    x[1, :] = 0.0   # an all-zero token
+    x = x.to(torch.bfloat16)
+    x16, scale = R.x_to_f16_per_token(x)
+    assert bool(x16.isfinite().all())
+    back = x16.float() * scale[:, None]
+    xf = x.float()
+    amax = xf.abs().amax(dim=1, keepdim=True)
+    big = xf.abs() >= amax * 2.0 ** -28
+    assert torch.equal(back[big], xf[big])
+    # below that, f16 subnormals: absolute error at most half the smallest subnormal step, scaled
+    assert bool(((back - xf).abs() <= 2.0 ** -25 * scale[:, None]).all())
+    scaled_max = (xf.abs().amax(dim=1) / scale)
+    live = amax[:, 0] > 0
+    assert bool(((scaled_max[live] >= 2.0 ** 14) & (scaled_max[live] < 2.0 ** 15)).all())

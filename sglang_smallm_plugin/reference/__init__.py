@@ -18,6 +18,7 @@ from .quant import (
     mxfp8_quant,
     mxfp8_scale_roundup,
     quant_fp8_blockscale,
+    x_to_f16_per_token,
 )
 from .sorting import (
     moe_align_block_size,
@@ -51,4 +52,5 @@ __all__ = [
     "fp4_pack",
     "fp4_unpack",
     "e8m0_to_float",
+    "x_to_f16_per_token",
 ]

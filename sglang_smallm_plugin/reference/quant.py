@@ -134,3 +134,16 @@ def dequant_fp8_blockscale(w: torch.Tensor, scale: torch.Tensor, block: int = 12
     s = scale.repeat_interleave(block, dim=-2)[..., :n, :].repeat_interleave(block, dim=-1)[..., :k]
     return wf * s
 
+
+
+def x_to_f16_per_token(x: torch.Tensor):
+    """Model of the activations the FP8 tensor-core gate/up kernel stages (hip/smallm_moe_twopass.h):
+    per token (row) e = exponent(max |x|) - 14, clamped to >= -100, so that max |x| * 2^-e lies in
+    [2^14, 2^15); x * 2^-e rounded to f16. Returns (x16 [T, D] float16, scale [T] float32 = 2^e);
+    x16 * scale reproduces x exactly wherever |x| >= 2^-28 max |x| (bf16 input)."""
+    xf = x.float()
+    amax = xf.abs().amax(dim=1)
+    bits = amax.view(torch.int32)
+    e = (((bits >> 23) & 0xFF) - 127 - 14).clamp(min=-100)
+    scale = torch.pow(2.0, e.float())
+    return (xf / scale[:, None]).to(torch.float16), scale

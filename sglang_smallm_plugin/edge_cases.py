@@ -1,0 +1,119 @@
+"""Inputs at the edges of what the MoE kernels accept, checked against the reference on the GPU
+(`sglang-smallm selftest --what edge`): activation ranges that f16 alone could not hold (the FP8
+gate/up on tensor cores scales x per token), routings with invalid ids, a token with no valid slot
+(its output row must be exactly zero), one expert taking many pairs of a call (pair chunking), and
+a routed scaling factor. Each case is a rule as data: a name, why it matters, and how it changes a
+normal call.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from . import kernels
+from .calls import FP8_BLOCK128, MXFP4, ROW_MAJOR
+from .shapes import SHAPES
+from .testdata import make_call, reference_of
+from .tolerances import TOLERANCES, rel_l2
+
+
+def _scale_x(factor):
+    return lambda call: dataclasses.replace(call, x=(call.x.float() * factor).to(torch.bfloat16))
+
+
+def _outlier(call):
+    x = call.x.clone()
+    x[0, 7] = 3.0e4  # token 0: one huge value beside ordinary ones
+    x[1, 100] = -6.0e4
+    return dataclasses.replace(call, x=x)
+
+
+def _invalid_ids(call):
+    ids = call.topk_ids.clone()
+    E = call.w13.shape[0]
+    ids[0, 0] = -1
+    ids[1, 2] = E        # out of range
+    ids[2, 1] = E + 100
+    ids[3, 0] = -1
+    return dataclasses.replace(call, topk_ids=ids)
+
+
+def _dead_token(call):
+    ids = call.topk_ids.clone()
+    ids[1, :] = -1
+    return dataclasses.replace(call, topk_ids=ids)
+
+
+def _crowded_expert(call):
+    ids = call.topk_ids.clone()
+    ids[:, :] = 3
+    ids[:, 1::2] = 4  # every pair on expert 3 or 4: about T*K/2 pairs each
+    return dataclasses.replace(call, topk_ids=ids)
+
+
+def _scaling(call):
+    return dataclasses.replace(call, routed_scaling_factor=2.5)
+
+
+@dataclass(frozen=True)
+class EdgeCase:
+    name: str
+    why: str
+    change: Callable
+    zero_rows: tuple = ()  # output rows that must be exactly zero
+
+
+EDGE_CASES = (
+    EdgeCase("x_large", "|x| up to ~7e4, past the f16 range (x is scaled per token)", _scale_x(2.0 ** 14)),
+    EdgeCase("x_tiny", "|x| ~1e-6, below the f16 normal range unless scaled", _scale_x(2.0 ** -20)),
+    EdgeCase("x_outlier", "one huge value per token beside ordinary ones", _outlier),
+    EdgeCase("invalid_ids", "ids -1, E and E+100 are skipped (as SGLang's expert-parallel -1)", _invalid_ids),
+    EdgeCase("dead_token", "a token with no valid slot outputs zeros", _dead_token, zero_rows=(1,)),
+    EdgeCase("crowded_expert", "two experts take every pair (chunked pair loops)", _crowded_expert),
+    EdgeCase("scaling_factor", "routed_scaling_factor 2.5 scales the output", _scaling),
+)
+
+
+@dataclass
+class EdgeResult:
+    case: str
+    weight_format: str
+    seed: int
+    rel_err: float
+    zero_rows_exact: bool
+    tol: float
+
+    @property
+    def ok(self) -> bool:
+        return self.rel_err <= self.tol and self.zero_rows_exact
+
+
+def check_edge_case(case: EdgeCase, weight_format: str, seed: int, device="cuda", tokens=8,
+                    shape_name="qwen35-tp8") -> EdgeResult:
+    call = case.change(make_call(SHAPES[shape_name], weight_format, ROW_MAJOR, tokens, seed, device))
+    ref = reference_of(call)
+    out = torch.full_like(call.x, float("nan"))
+    kernels.run_moe(call, out=out)
+    torch.cuda.synchronize()
+    zero_ok = all(bool((out[r] == 0).all()) for r in case.zero_rows)
+    tol = TOLERANCES["moe_fp8_blockscale" if weight_format == FP8_BLOCK128 else "moe_mxfp4"]
+    return EdgeResult(case.name, weight_format, seed, rel_l2(out.float(), ref.float()), zero_ok, tol)
+
+
+def run(formats=(FP8_BLOCK128, MXFP4), seeds=range(2), device="cuda", echo=print) -> list:
+    if not torch.cuda.is_available():
+        raise SystemExit("selftest needs a GPU (torch.cuda.is_available() is False)")
+    echo(f"edge cases on {kernels.device_info(device).name}; {kernels.variant_note()}")
+    results = []
+    for case in EDGE_CASES:
+        for fmt in formats:
+            rs = [check_edge_case(case, fmt, s, device) for s in seeds]
+            results.extend(rs)
+            echo(f"{case.name:16} {fmt:12} max rel err {max(r.rel_err for r in rs):9.2e} (tol {rs[0].tol:.0e})"
+                 f"{'  zero rows exact' if case.zero_rows else ''}  {'PASS' if all(r.ok for r in rs) else 'FAIL'}"
+                 f"  - {case.why}")
+    bad = [r for r in results if not r.ok]
+    echo(f"edge cases: {len(results) - len(bad)}/{len(results)} pass")
+    return results
