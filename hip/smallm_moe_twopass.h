@@ -2,13 +2,16 @@
 //
 // The block kernel (smallm_moe.h) runs one launch whose items hand partial sums to each other
 // through global counters; on the H200 it is bound by that per-item chain (acquire, partial
-// reads, release, ticket), not by the weight bytes. Here nothing waits on another block:
+// reads, release, ticket), not by the weight bytes. Here nothing waits on another block (the
+// CUDA default; H200: 7-33 % less time than the block kernel inside the caps, still 2.2-2.4x the
+// read floor, mostly per-block prologue and per-job overhead: examples/results "h200-twopass"):
 //
 //   gate/up  as many blocks as are resident; each derives the distinct experts (first-occurrence
 //            order) and takes jobs b, b + G, ...: job (expert u, tile) is 4 gate rows and the same
 //            4 up rows of W13[e] over all of K (every thread 4-8 vectors of one row), dotted with
 //            x of every pair of e, reduced over the block into h[pair, rows] = silu(gate) * up
-//            (fp32). The next job's weights are loaded while this one computes.
+//            (fp32). The next job's weights are loaded while this one computes. FP8 on CUDA runs
+//            the same jobs on tensor cores (smallm_gateup_mma_kernel) while x fits its f16 stage.
 //   down     as many blocks as are resident; block b owns row-blocks (rb output rows) b, b + G, ...
 //            for every pair. Its warps take the (row-block, distinct expert) jobs in turn with three
 //            jobs' W2 rows in flight, read h (staged in shared memory when small), write
