@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from . import envs, hookspecs
+from . import envs, hookspecs, kernels
 from .calls import MoeCall
 
 logger = logging.getLogger("sglang_smallm")
@@ -101,7 +101,8 @@ class MoeSelector:
         if len(self._cache) < 4096:
             self._cache[sig] = decision
         log_once((call.shape_key(), decision.path),
-                 "sglang-smallm: layer %s %s E=%d D=%d I=%d K=%d tokens=%d -> %s (%s)",
+                 "sglang-smallm: layer %s %s E=%d D=%d I=%d K=%d tokens=%d -> %s (%s)%s",
                  call.layer_id, call.weight_format, call.num_experts, call.hidden, call.inter, call.top_k,
-                 call.num_tokens, decision.path, decision.reason)
+                 call.num_tokens, decision.path, decision.reason,
+                 f"; {kernels.variant_note()}" if decision.path.startswith("kernel:") else "")
         return decision
