@@ -11,7 +11,7 @@ constexpr int kMaxPairs = 768;     // tokens * slots per call
 constexpr int kMaxSlots = 16;      // slots per token
 constexpr int kMaxExperts = 1024;  // experts in the layer (ids are int32)
 constexpr int kMaxInter = 1024;    // intermediate size per partition
-constexpr int kMinRows2 = 8;       // fewest output rows per phase-2 item (warp kernel, I = kMaxInter, fp8)
+constexpr int kMinRows2 = 8;       // workspace sizing: at most ceil(D / 8) phase-2 row ranges per token
 
 enum WeightFormat : int { kFp8Block128 = 0, kMxfp4 = 1 };
 enum WeightLayout : int { kRowMajor = 0, kShuffle16x16 = 1 };
@@ -31,7 +31,6 @@ struct MoeArgs {
   int T, K, E, D, I;
   int nblocks;
   int x_prefetch;           // 1: copy the next phase-1 item's x slices during this one (default)
-  int ticket_batch;         // warp kernel: items claimed per ticket (set by the launcher)
   float out_scale;
 };
 

@@ -130,32 +130,6 @@ SMALLM_DEV float shfl_xor(float v, int mask) {
 #endif
 }
 
-SMALLM_DEV int shfl_int(int v, int src) {  // lane `src`'s v
-#if defined(SMALLM_HIP)
-  return __builtin_amdgcn_ds_bpermute(src << 2, v);
-#else
-  return __shfl_sync(0xffffffffu, v, src);
-#endif
-}
-
-SMALLM_DEV int ctz64(uint64_t v) {  // index of the lowest set bit (v != 0)
-#if defined(SMALLM_HIP)
-  return __builtin_ctzll(v);
-#else
-  return __ffsll((long long)v) - 1;
-#endif
-}
-
-// Orders the warp's (wave's) lanes: memory operations before it, in any lane, happen before
-// those after it in every lane (a wave executes in lockstep on gfx950).
-SMALLM_DEV void warp_sync() {
-#if defined(SMALLM_HIP)
-  __builtin_amdgcn_wave_barrier();
-#else
-  __syncwarp();
-#endif
-}
-
 // ---------------------------------------------------------------- global-memory ordering
 // Release: make this block's prior global writes visible device-wide, then add.
 SMALLM_DEV unsigned atomic_add_release(unsigned* p, unsigned v) {
@@ -187,34 +161,12 @@ SMALLM_DEV unsigned atomic_add_relaxed(unsigned* p, unsigned v) {
 #endif
 }
 
-// Relaxed add that stays in program order relative to other volatile asm (opaque(),
-// load_cached_inorder()), so a work ticket can be claimed at a chosen point of an item.
-SMALLM_DEV unsigned atomic_add_inorder(unsigned* p, unsigned v) {
-#if defined(SMALLM_HIP)
-  return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
-#else
-  unsigned old;
-  asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-#endif
-}
-
 SMALLM_DEV unsigned load_acquire(const unsigned* p) {
 #if defined(SMALLM_HIP)
   return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
 #else
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-#endif
-}
-
-SMALLM_DEV unsigned load_relaxed(const unsigned* p) {
-#if defined(SMALLM_HIP)
-  return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
-#else
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 #endif
 }
@@ -258,35 +210,6 @@ SMALLM_DEV void fence_acquire() {
 #endif
 }
 
-// This thread's prior global writes become visible device-wide before its later ones
-// (acq_rel, not the sequentially consistent fence that __threadfence() is on sm_90).
-SMALLM_DEV void fence_release() {
-#if defined(SMALLM_HIP)
-  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");
-#else
-  asm volatile("fence.acq_rel.gpu;" ::: "memory");
-#endif
-}
-
-SMALLM_DEV void fence_acq_rel() {
-#if defined(SMALLM_HIP)
-  __builtin_amdgcn_fence(__ATOMIC_ACQ_REL, "agent");
-#else
-  asm volatile("fence.acq_rel.gpu;" ::: "memory");
-#endif
-}
-
-// Atomic add with acquire-release semantics at device scope, one instruction on sm_90.
-SMALLM_DEV unsigned atomic_add_acq_rel(unsigned* p, unsigned v) {
-#if defined(SMALLM_HIP)
-  return __hip_atomic_fetch_add(p, v, __ATOMIC_ACQ_REL, __HIP_MEMORY_SCOPE_AGENT);
-#else
-  unsigned old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-#endif
-}
-
 SMALLM_DEV void pause() {
 #if defined(SMALLM_HIP)
   __builtin_amdgcn_s_sleep(1);
@@ -321,20 +244,6 @@ SMALLM_DEV Vec16 load_cached(const void* p) {
   Vec16 v;
   v.w[0] = r.x; v.w[1] = r.y; v.w[2] = r.z; v.w[3] = r.w;
   return v;
-#endif
-}
-
-// load_cached that stays where it is written relative to other volatile asm (opaque()), so the
-// compiler cannot hoist a whole loop's worth of activation loads into registers (sm_90).
-SMALLM_DEV Vec16 load_cached_inorder(const void* p) {
-#if defined(SMALLM_CUDA)
-  Vec16 v;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
-               : "l"(p));
-  return v;
-#else
-  return load_cached(p);
 #endif
 }
 

@@ -42,12 +42,12 @@ constexpr int kWarps = kThreads / kWarp;
 #define SMALLM_BOUNDS __attribute__((amdgpu_flat_work_group_size(1, 256)))
 #endif
 #else
-#define SMALLM_BOUNDS __launch_bounds__(256, (Variant == 0 ? 2 : Variant == 1 ? 3 : 4))
+#define SMALLM_BOUNDS __launch_bounds__(256, Variant == 0 ? 2 : 3)
 #endif
-// Variant (experiment; see examples/results): 0 = cross-item load pipelining, 2 blocks/SM;
-// 1 = no pipelining, 3 blocks/SM; 2 = no pipelining, 4 blocks/SM (occupancy hides latency);
-// (4, phase 1 on tensor cores, was measured no faster and is gone: examples/results "h200-mma-phase1";
-// variant 5 in smallm_moe_twopass.h puts the gate/up products on tensor cores instead.)
+// Variant (see examples/results): 0 = cross-item load pipelining, 2 blocks/SM; 1 = no pipelining,
+// 3 blocks/SM. Measured and removed: 2 (4 blocks/SM, spills: "h200-variants"), 3 (warp-sized items:
+// "h200-warp-kernel"), 4 (phase 1 on tensor cores: "h200-mma-phase1"); variant 5 is
+// smallm_moe_twopass.h.
 
 // ------------------------------------------------------------------ format policies
 template <int Fmt>

@@ -2,15 +2,12 @@
 // One source: hipcc (gfx950), nvcc (sm_90a, through a generated .cu that includes this file),
 // and clang -nogpuinc --offload-device-only (the gfx950/gfx942 ISA check, SMALLM_DEVICE_ONLY).
 #include "smallm_moe_twopass.h"
-#include "smallm_moe_warp.h"
 
 namespace smallm {
 template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 0>(MoeArgs);
 template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 0>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 0>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kShuffle16x16, 0>(MoeArgs);
-template __global__ void smallm_moe_warp_kernel<kFp8Block128, kRowMajor>(MoeArgs);
-template __global__ void smallm_moe_warp_kernel<kFp8Block128, kShuffle16x16>(MoeArgs);
 #define SMALLM_TWOPASS(F, L)                                                   \
   template __global__ void smallm_gateup_kernel<F, L, 8, 4>(MoeArgs);        \
   template __global__ void smallm_gateup_kernel<F, L, 8, 8>(MoeArgs);        \
@@ -26,20 +23,10 @@ template __global__ void smallm_gateup_mma_kernel<kRowMajor, 4>(MoeArgs);
 template __global__ void smallm_gateup_mma_kernel<kRowMajor, 8>(MoeArgs);
 template __global__ void smallm_gateup_mma_kernel<kShuffle16x16, 4>(MoeArgs);
 template __global__ void smallm_gateup_mma_kernel<kShuffle16x16, 8>(MoeArgs);
-#endif
-#if defined(SMALLM_HIP)  // sm_90: the portable fp4 decode does not fit 128 registers beside 8 KB of weights
-template __global__ void smallm_moe_warp_kernel<kMxfp4, kRowMajor>(MoeArgs);
-template __global__ void smallm_moe_warp_kernel<kMxfp4, kShuffle16x16>(MoeArgs);
-#endif
-#if !defined(SMALLM_HIP)
 template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kShuffle16x16, 1>(MoeArgs);
-template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 2>(MoeArgs);
-template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 2>(MoeArgs);
-template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 2>(MoeArgs);
-template __global__ void smallm_moe_kernel<kMxfp4, kShuffle16x16, 2>(MoeArgs);
 #endif
 }  // namespace smallm
 
@@ -60,7 +47,6 @@ typedef cudaStream_t gpuStream_t;
 namespace {
 
 constexpr int kMaxDevices = 64;
-constexpr int kWarpVariant = 3;     // smallm_moe_warp.h
 constexpr int kTwoPassVariant = 5;  // smallm_moe_twopass.h
 
 // Resident-block capacity of `kernel` on the current device, computed once per device into the
@@ -94,31 +80,6 @@ int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
   return (int)GPU(GetLastError)();
 }
 
-// The warp-item kernel: as many blocks as are resident at once, fewer when there is less work.
-template <int Fmt, int Layout>
-int launch_warp(const smallm::MoeArgs& a0, gpuStream_t stream) {
-  static int table[kMaxDevices] = {0};
-  int capacity = 0;
-  if (const int err = resident_capacity(smallm::smallm_moe_warp_kernel<Fmt, Layout>, table, capacity)) return err;
-  smallm::MoeArgs a = a0;
-  const smallm::WGeometry G = smallm::wgeometry<Fmt>(a.D, a.I);
-  const long pairs = (long)a.T * a.K;
-  const long distinct_max = pairs < a.E ? pairs : a.E;
-  const long items_max = distinct_max * (long)(G.n1per + G.ndr);
-  const long want = (items_max + smallm::kWarps - 1) / smallm::kWarps;
-  a.nblocks = (int)(want < capacity ? want : capacity);
-  if (a.nblocks < 1) a.nblocks = 1;
-  // Items per ticket: 1 (measured on H200: batches of 2 or 4 consecutive items per claim were 2-3x
-  // slower, examples/results "h200-warp-kernel"). SMALLM_TICKET_BATCH overrides (A/B runs).
-  static const int forced_batch = [] {
-    const char* v = getenv("SMALLM_TICKET_BATCH");
-    const int x = v ? atoi(v) : 0;
-    return x > 0 && x <= 16 ? x : 0;
-  }();
-  a.ticket_batch = forced_batch ? forced_batch : 1;
-  smallm::smallm_moe_warp_kernel<Fmt, Layout><<<a.nblocks, smallm::kThreads, 0, stream>>>(a);
-  return (int)GPU(GetLastError)();
-}
 
 // Two streaming kernels (smallm_moe_twopass.h), each with as many blocks as are resident (fewer
 // when there is less work). The down kernel's dynamic shared memory (y of its rows, staged h) is
@@ -253,27 +214,6 @@ int launch_twopass_kernels(const smallm::MoeArgs& a, int fmt, int layout, gpuStr
   return -1;
 }
 
-// Shapes the warp kernel takes: a W2 row fits one vector per lane (I <= 16 x warp fp8 values),
-// and on sm_90 fp8 weights only; everything else runs the block kernel (same results contract).
-bool warp_kernel_fits(const smallm::MoeArgs& a, int fmt) {
-  using namespace smallm;
-#if !defined(SMALLM_HIP)
-  if (fmt != kFp8Block128) return false;
-#endif
-  const int nv2 = a.I / (fmt == kMxfp4 ? 32 : 16);
-  return nv2 <= kWarp;
-}
-
-int launch_warp_kernel(const smallm::MoeArgs& a, int fmt, int layout, gpuStream_t s) {
-  using namespace smallm;
-  if (fmt == kFp8Block128 && layout == kRowMajor) return launch_warp<kFp8Block128, kRowMajor>(a, s);
-  if (fmt == kFp8Block128 && layout == kShuffle16x16) return launch_warp<kFp8Block128, kShuffle16x16>(a, s);
-#if defined(SMALLM_HIP)
-  if (fmt == kMxfp4 && layout == kRowMajor) return launch_warp<kMxfp4, kRowMajor>(a, s);
-  if (fmt == kMxfp4 && layout == kShuffle16x16) return launch_warp<kMxfp4, kShuffle16x16>(a, s);
-#endif
-  return -1;
-}
 
 template <int Variant>
 int launch_variant(const smallm::MoeArgs& args, int fmt, int layout, gpuStream_t s) {
@@ -298,9 +238,9 @@ int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* st
     const char* v = getenv("SMALLM_KERNEL_VARIANT");
     const int x = v ? atoi(v) : -1;
 #if defined(SMALLM_HIP)
-    return x == 0 || x == kWarpVariant || x == kTwoPassVariant ? x : -1;
+    return x == 0 || x == kTwoPassVariant ? x : -1;
 #else
-    return (x >= 0 && x <= 3) || x == kTwoPassVariant ? x : -1;
+    return x == 0 || x == 1 || x == kTwoPassVariant ? x : -1;
 #endif
   }();
 #if !defined(SMALLM_HIP)
@@ -320,9 +260,7 @@ int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* st
   }
 #if !defined(SMALLM_HIP)
   if (variant == 1) return launch_variant<1>(a, fmt, layout, s);
-  if (variant == 2) return launch_variant<2>(a, fmt, layout, s);
 #endif
-  if (variant == kWarpVariant && warp_kernel_fits(a, fmt)) return launch_warp_kernel(a, fmt, layout, s);
   return launch_variant<0>(a, fmt, layout, s);
 }
 

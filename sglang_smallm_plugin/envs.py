@@ -33,8 +33,7 @@ KERNEL_VARIANT = Switch("SMALLM_KERNEL_VARIANT", "",
 MMA = Switch("SMALLM_MMA", "1", "A/B switch (CUDA, variant 5): 0 computes FP8 gate/up on CUDA cores, not tensor cores")
 PDL = Switch("SMALLM_PDL", "1",
              "A/B switch (CUDA, variant 5): 0 launches the down kernel without programmatic dependent launch")
-TICKET_BATCH = Switch("SMALLM_TICKET_BATCH", "", "experiment (variant 3): items claimed per ticket, default 1")
 X_PREFETCH = Switch("SMALLM_X_PREFETCH", "1",
                     "experiment (kernel launcher): 0 turns off copying the next item's activations early")
 
-ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, PDL, X_PREFETCH, TICKET_BATCH)
+ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, PDL, X_PREFETCH)

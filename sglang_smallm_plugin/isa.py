@@ -52,9 +52,6 @@ def kernel_label(mangled: str) -> str:
     m = re.search(r"smallm_moe_kernelILi(\d)ELi(\d)E", mangled)
     if m:
         return f"moe {FORMATS.get(m.group(1), '?')} {LAYOUTS.get(m.group(2), '?')}"
-    m = re.search(r"smallm_moe_warp_kernelILi(\d)ELi(\d)E", mangled)
-    if m:  # the opt-in warp-item variant (SMALLM_KERNEL_VARIANT=3)
-        return f"moe {FORMATS.get(m.group(1), '?')} {LAYOUTS.get(m.group(2), '?')} warp-items"
     m = re.search(r"smallm_gateup_kernelILi(\d)ELi(\d)ELi(\d+)ELi(\d+)E", mangled)
     if m:  # variant 5, first kernel: rows per job x vectors per thread
         return f"moe {FORMATS.get(m.group(1), '?')} {LAYOUTS.get(m.group(2), '?')} gate/up {m.group(3)}x{m.group(4)}"

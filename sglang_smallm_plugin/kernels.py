@@ -31,11 +31,12 @@ MIN_ROWS2 = 8  # fewest output rows per phase-2 item (hip/smallm_args.h kMinRows
 VARIANTS = {
     "": "default: CUDA two streaming kernels (variant 5) for every shape they take, else the block kernel "
         "(FP8 variant 1, MXFP4 variant 0); gfx950 the pipelined block kernel (variant 0) [h200-twopass]",
-    "0": "block kernel, cross-item pipelining, 2 blocks/SM",
+    "0": "block kernel, cross-item pipelining, 2 blocks/SM (the gfx950 default; CUDA MXFP4 shapes variant 5 "
+         "does not take)",
     "1": "block kernel, no pipelining, 3 blocks/SM (CUDA; the FP8 default before variant 5) [h200-experiments]",
-    "2": "block kernel, no pipelining, 4 blocks/SM (CUDA; spills, slower) [h200-variants]",
-    "3": "warp-sized items (experimental; FP8 with I <= 512 on sm_90, any format on gfx950; slower) [h200-warp-kernel]",
-    "4": "removed (block kernel with phase 1 on tensor cores, measured not faster) [h200-mma-phase1]; "
+    "2": "removed (block kernel with 4 blocks/SM: spills, slower) [h200-variants]; the launcher runs the default",
+    "3": "removed (warp-sized items: slower) [h200-warp-kernel]; the launcher runs the default",
+    "4": "removed (block kernel with phase 1 on tensor cores: not faster) [h200-mma-phase1]; "
          "the launcher runs the default",
     "5": "two streaming kernels: gate/up (FP8 on tensor cores on CUDA) then down + slot sum (programmatic "
          "dependent launch on sm_90) [h200-twopass]",

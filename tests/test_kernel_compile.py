@@ -29,7 +29,7 @@ def _twopass(r):
 def test_gfx950_compiles_every_kernel_without_scratch(gfx950):
     names = sorted(r["kernel"] for r in gfx950)
     assert names == sorted([f"moe {f} {l}{v}" for f in ("fp8_block128", "mxfp4") for l in ("row_major", "shuffle16x16")
-                            for v in ("", " warp-items", " gate/up 8x4", " gate/up 8x8", " gate/up 4x8", " down")]
+                            for v in ("", " gate/up 8x4", " gate/up 8x8", " gate/up 4x8", " down")]
                            + [f"sort {f} {p}" for f in ("aiter", "triton") for p in ("compact", "distributed")]
                            + ["read floor (bench)"])
     for r in gfx950:
@@ -53,7 +53,7 @@ def test_gfx950_uses_its_scale_convert_and_dot_instructions(gfx950):
 
 
 def test_gfx950_cross_block_handoff_is_device_coherent(gfx950):
-    """Block and warp-item kernels: phase 1 -> phase 2 and the slot sums hand data between
+    """The block kernel: phase 1 -> phase 2 and the slot sums hand data between
     workgroups that may sit on different XCDs: the agent-scope release / acquire must lower to L2
     write-back / invalidate. The two-pass kernels hand nothing between workgroups of one launch
     (h crosses the kernel boundary), so they have neither."""
@@ -76,7 +76,7 @@ def test_gfx950_sort_kernels(gfx950):
 
 def test_gfx942_build_has_gfx950_path_gated_off(tmp_path):
     rows = [r for _, rs in isa.compile_all("gfx942", tmp_path) for r in rs]
-    assert len(rows) == 29  # 4 moe + 4 warp-items + 12 gate/up + 4 down + 4 sort + read floor
+    assert len(rows) == 25  # 4 moe + 12 gate/up + 4 down + 4 sort + read floor
     for r in rows:
         assert all(r["counts"][k] == 0 for k in r["counts"] if k.startswith("v_cvt_scalef32")), r
 
