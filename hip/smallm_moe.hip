@@ -65,6 +65,34 @@ int resident_capacity(void (*kernel)(smallm::MoeArgs), int (&table)[kMaxDevices]
   return 0;
 }
 
+// Grid of a kernel whose blocks loop over work items: as many blocks as are resident, fewer when
+// there is less work, at least one.
+int grid_blocks(long work, int capacity) {
+  const long g = work < capacity ? work : capacity;
+  return g < 1 ? 1 : (int)g;
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory on the current device; the attribute is
+// raised only when a launch needs more than before (`raised`: one table per kernel). 0 on success.
+template <class Kernel>
+int allow_dynamic_smem(Kernel kernel, int (&raised)[kMaxDevices], int bytes) {
+  int dev = 0;
+  if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 1;
+  if (bytes > raised[dev]) {
+    if (GPU(FuncSetAttribute)(reinterpret_cast<const void*>(kernel), GPU(FuncAttributeMaxDynamicSharedMemorySize),
+                              bytes) != 0)
+      return 4;
+    raised[dev] = bytes;
+  }
+  return 0;
+}
+
+// An A/B switch read from the environment: on unless set to a value starting with 0.
+bool env_switch_on(const char* name) {
+  const char* v = getenv(name);
+  return !(v && v[0] == '0');
+}
+
 template <int Fmt, int Layout, int Variant>
 int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
   static int table[kMaxDevices] = {0};
@@ -74,8 +102,7 @@ int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
   const long pairs = (long)a.T * a.K;
   const long distinct_max = pairs < a.E ? pairs : a.E;
   const long items_max = distinct_max * ((long)(a.I / 16) * smallm::max_ksplit(a.D) + (a.D + smallm::kMinRows2 - 1) / smallm::kMinRows2);
-  a.nblocks = (int)(items_max < capacity ? items_max : capacity);
-  if (a.nblocks < 1) a.nblocks = 1;
+  a.nblocks = grid_blocks(items_max, capacity);
   smallm::smallm_moe_kernel<Fmt, Layout, Variant><<<a.nblocks, smallm::kThreads, 0, stream>>>(a);
   return (int)GPU(GetLastError)();
 }
@@ -94,26 +121,16 @@ int launch_down(const smallm::MoeArgs& a0, gpuStream_t stream) {
   if (const int err = resident_capacity(kernel, table, capacity)) return err;
   MoeArgs a = a0;
   const int N = a.T * a.K, rb = down_rows<Fmt>(a.I), nrb = a.D / rb;
-  int G = nrb < capacity ? nrb : capacity;
+  int G = grid_blocks(nrb, capacity);
   while (down_ys_floats(N, rb, down_local_blocks(nrb, G)) * 4 > kMaxYsBytes && G < nrb) ++G;
   a.nblocks = G;
   const int smem = down_smem_bytes(N, a.I, rb, down_local_blocks(nrb, G));
-  int dev = 0;
-  if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 1;
-  if (smem > raised[dev]) {
-    if (GPU(FuncSetAttribute)(reinterpret_cast<const void*>(kernel), GPU(FuncAttributeMaxDynamicSharedMemorySize),
-                              smem) != 0)
-      return 4;
-    raised[dev] = smem;
-  }
+  if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
 #if defined(SMALLM_HIP)
   kernel<<<G, kThreads, smem, stream>>>(a);
   return (int)GPU(GetLastError)();
 #else
-  static const bool pdl = [] {
-    const char* v = getenv("SMALLM_PDL");
-    return !(v && v[0] == '0');
-  }();
+  static const bool pdl = env_switch_on("SMALLM_PDL");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(G);
   cfg.blockDim = dim3(kThreads);
@@ -136,9 +153,7 @@ int launch_gateup(const smallm::MoeArgs& a0, gpuStream_t stream) {
   if (const int err = resident_capacity(smallm_gateup_kernel<Fmt, Layout, kRows, kJ>, table, capacity)) return err;
   MoeArgs a = a0;
   const long pairs = (long)a.T * a.K;
-  const long jobs_max = (pairs < a.E ? pairs : a.E) * (a.I / (kRows / 2));
-  a.nblocks = (int)(jobs_max < capacity ? jobs_max : capacity);
-  if (a.nblocks < 1) a.nblocks = 1;
+  a.nblocks = grid_blocks((pairs < a.E ? pairs : a.E) * (a.I / (kRows / 2)), capacity);
   smallm_gateup_kernel<Fmt, Layout, kRows, kJ><<<a.nblocks, kThreads, 0, stream>>>(a);
   return (int)GPU(GetLastError)();
 }
@@ -155,18 +170,9 @@ int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   if (const int err = resident_capacity(kernel, table, capacity)) return err;
   MoeArgs a = a0;
   const long pairs = (long)a.T * a.K;
-  const long jobs_max = (pairs < a.E ? pairs : a.E) * (a.I / 4);
-  a.nblocks = (int)(jobs_max < capacity ? jobs_max : capacity);
-  if (a.nblocks < 1) a.nblocks = 1;
+  a.nblocks = grid_blocks((pairs < a.E ? pairs : a.E) * (a.I / 4), capacity);
   const int smem = a.T * a.D * 2;
-  int dev = 0;
-  if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 1;
-  if (smem > raised[dev]) {
-    if (GPU(FuncSetAttribute)(reinterpret_cast<const void*>(kernel), GPU(FuncAttributeMaxDynamicSharedMemorySize),
-                              smem) != 0)
-      return 4;
-    raised[dev] = smem;
-  }
+  if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
   kernel<<<a.nblocks, kThreads, smem, stream>>>(a);
   return (int)GPU(GetLastError)();
 }
@@ -177,11 +183,8 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   using namespace smallm;
 #if !defined(SMALLM_HIP)
   // FP8 gate/up on tensor cores unless SMALLM_MMA=0 (A/B runs), when x fits the f16 stage.
-  static const bool mma = [] {
-    const char* v = getenv("SMALLM_MMA");
-    return !(v && v[0] == '0');
-  }();
-  if (Fmt == kFp8Block128 && mma && gateup_mma_fits(a.T, a.D) && a.D / 64 <= 8 * kWarps) {
+  static const bool mma = env_switch_on("SMALLM_MMA");
+  if (Fmt == kFp8Block128 && mma && gateup_mma_fits(a.T, a.D)) {
     const int err = a.D / 64 <= 4 * kWarps ? launch_gateup_mma<Layout, 4>(a, stream) : launch_gateup_mma<Layout, 8>(a, stream);
     if (err) return err;
     return launch_down<Fmt, Layout>(a, stream);
@@ -227,10 +230,7 @@ int launch_variant(const smallm::MoeArgs& args, int fmt, int layout, gpuStream_t
 
 int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* stream) {
   gpuStream_t s = reinterpret_cast<gpuStream_t>(stream);
-  static const int x_prefetch = [] {  // SMALLM_X_PREFETCH=0 turns the x-slice prefetch off (A/B runs)
-    const char* v = getenv("SMALLM_X_PREFETCH");
-    return v && v[0] == '0' ? 0 : 1;
-  }();
+  static const int x_prefetch = env_switch_on("SMALLM_X_PREFETCH") ? 1 : 0;  // 0: x-slice prefetch off (A/B runs)
   smallm::MoeArgs a = args;
   a.x_prefetch = x_prefetch;
   // SMALLM_KERNEL_VARIANT forces a variant (A/B runs; read once per process).

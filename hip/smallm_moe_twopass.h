@@ -197,7 +197,10 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_kernel(MoeArgs a) {
 constexpr int kMmaPairs = 8;                 // pairs per MMA pass (rows g of A; rows g+8 stay zero)
 constexpr int kXStageBytes = 64 * 1024;      // x staged as f16 when T * D * 2 fits
 
-__host__ __device__ inline bool gateup_mma_fits(int T, int D) { return (long)T * D * 2 <= kXStageBytes && D % 64 == 0; }
+// x fits the f16 stage, and every warp takes at most 8 steps of 64 values of K.
+__host__ __device__ inline bool gateup_mma_fits(int T, int D) {
+  return (long)T * D * 2 <= kXStageBytes && D % 64 == 0 && D / 64 <= 8 * kWarps;
+}
 
 template <int Layout, int kJ>
 __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {

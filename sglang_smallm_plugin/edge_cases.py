@@ -103,9 +103,8 @@ def check_edge_case(case: EdgeCase, weight_format: str, seed: int, device="cuda"
 
 
 def run(formats=(FP8_BLOCK128, MXFP4), seeds=range(2), device="cuda", echo=print) -> list:
-    if not torch.cuda.is_available():
-        raise SystemExit("selftest needs a GPU (torch.cuda.is_available() is False)")
-    echo(f"edge cases on {kernels.device_info(device).name}; {kernels.variant_note()}")
+    info = kernels.require_gpu_kernels("selftest --what edge")
+    echo(f"edge cases on {info.name}; {kernels.variant_note()}")
     results = []
     for case in EDGE_CASES:
         for fmt in formats:
