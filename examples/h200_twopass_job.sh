@@ -9,28 +9,29 @@ export PYTHONUNBUFFERED=1
 R=$PWD
 T=${TOKENS:-1,2,3,4,8}
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+before() { [ $(( $(date +%s) - t0 )) -lt "$1" ] || { echo "skipped: past $1 s"; false; }; }  # leave time to tar
 bash examples/h200_job.sh build > "$OUT/job.log" 2>&1 || { tail -30 "$OUT/job.log"; exit 10; }
 cd /tmp
-stamp gpu-tests
-timeout 240 python3 -m pytest -q -p no:cacheprovider "$R/tests/test_kernel_gpu.py" > "$OUT/gpu_pytest.log" 2>&1; tail -1 "$OUT/gpu_pytest.log"
-stamp selftest
-timeout 120 python3 -m sglang_smallm_plugin.cli selftest --what moe > "$OUT/selftest_default.log" 2>&1; tail -1 "$OUT/selftest_default.log"
-SMALLM_KERNEL_VARIANT=1 timeout 120 python3 -m sglang_smallm_plugin.cli selftest --what moe > "$OUT/selftest_block.log" 2>&1; tail -1 "$OUT/selftest_block.log"
-stamp memcheck
-timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
-  selftest --what moe --seeds 1 --shapes qwen35-tp8,minimax-m3 --tokens 1,8 > "$OUT/sanitize_default.log" 2>&1
-grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize_default.log"
 stamp bench
 B="--shapes qwen35-tp4,qwen35-tp8 --layouts row_major --tokens $T"
 # run TAG "VAR=value ..." FORMAT: one bench with those switches (an empty string: the defaults)
-run() { env $2 python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_$1" $B --formats "$3" > "$OUT/bench_$1.log" 2>&1; }
+run() { timeout 100 env $2 python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_$1" $B --formats "$3" > "$OUT/bench_$1.log" 2>&1; }
 run fp8_default "" fp8_block128
 run fp8_block "SMALLM_KERNEL_VARIANT=1" fp8_block128
 run mxfp4_default "" mxfp4
 run mxfp4_block "SMALLM_KERNEL_VARIANT=0" mxfp4
 stamp peer
-cd "$R"; OUT=$OUT/peer bash .peer/run.sh --tokens $T > "$OUT/peer.log" 2>&1
-python3 .peer/readfloor.py > "$OUT/readfloor.log" 2>&1
+cd "$R"; timeout 150 env OUT=$OUT/peer bash .peer/run.sh --tokens $T > "$OUT/peer.log" 2>&1
+timeout 60 python3 .peer/readfloor.py > "$OUT/readfloor.log" 2>&1
+cd /tmp
+stamp gpu-tests
+timeout ${TEST_S:-170} python3 -m pytest -q -p no:cacheprovider "$R/tests/test_kernel_gpu.py" > "$OUT/gpu_pytest.log" 2>&1; tail -1 "$OUT/gpu_pytest.log"
+stamp selftest
+before 420 && timeout 120 python3 -m sglang_smallm_plugin.cli selftest --what moe > "$OUT/selftest_default.log" 2>&1; tail -1 "$OUT/selftest_default.log"
+stamp memcheck
+before 440 && timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
+  selftest --what moe --seeds 1 --shapes qwen35-tp8,minimax-m3 --tokens 1,8 > "$OUT/sanitize_default.log" 2>&1
+grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize_default.log"
 stamp done
 for f in fp8_default fp8_block mxfp4_default mxfp4_block; do echo "== $f"; grep -E "kernel .* us" "$OUT/bench_$f.log" | \
   sed -E 's/ +/ /g; s/ row_major//; s/ distinct=[ 0-9.]+//; s/roofline.*//' ; done
