@@ -476,6 +476,13 @@ SMALLM_DEV uint16_t f32_to_f16(float v) {
   return r;
 }
 
+// f16 -> f32, exact.
+SMALLM_DEV float f16_to_f32(uint16_t h) {
+  float r;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(h));
+  return r;
+}
+
 // c += A(16x16, row) * B(16x8, col), f16 inputs, fp32 accumulation (mma.sync m16n8k16).
 SMALLM_DEV void mma_f16_16x8x16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                 uint32_t b1) {

@@ -23,6 +23,8 @@ template __global__ void smallm_gateup_mma_kernel<kRowMajor, 4>(MoeArgs);
 template __global__ void smallm_gateup_mma_kernel<kRowMajor, 8>(MoeArgs);
 template __global__ void smallm_gateup_mma_kernel<kShuffle16x16, 4>(MoeArgs);
 template __global__ void smallm_gateup_mma_kernel<kShuffle16x16, 8>(MoeArgs);
+template __global__ void smallm_down_mma_kernel<kRowMajor>(MoeArgs);
+template __global__ void smallm_down_mma_kernel<kShuffle16x16>(MoeArgs);
 template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 1>(MoeArgs);
@@ -49,19 +51,23 @@ namespace {
 constexpr int kMaxDevices = 64;
 constexpr int kTwoPassVariant = 5;  // smallm_moe_twopass.h
 
-// Resident-block capacity of `kernel` on the current device, computed once per device into the
-// caller's `table` (one table per kernel). Tickets make every launch correct at any residency;
-// capacity only sizes the grid so that no block waits for a free slot. 0 on success.
-int resident_capacity(void (*kernel)(smallm::MoeArgs), int (&table)[kMaxDevices], int& capacity) {
+// Resident-block capacity of `kernel` on the current device with `smem` bytes of dynamic shared
+// memory per block, kept per device in the caller's `table` (one table per kernel; recomputed when
+// smem changes). Tickets make every launch correct at any residency; capacity only sizes the grid
+// so that no block waits for a free slot. 0 on success.
+struct Capacity {
+  int smem = -1, blocks = 0;
+};
+int resident_capacity(void (*kernel)(smallm::MoeArgs), Capacity (&table)[kMaxDevices], int& capacity, int smem = 0) {
   int dev = 0;
   if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 1;
-  if (table[dev] == 0) {
+  if (table[dev].smem != smem) {
     int per_sm = 0, sms = 0;
-    if (GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&per_sm, kernel, smallm::kThreads, 0) != 0) return 2;
+    if (GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&per_sm, kernel, smallm::kThreads, smem) != 0) return 2;
     if (GPU(DeviceGetAttribute)(&sms, GPU_DEV_ATTR_SMS, dev) != 0) return 3;
-    table[dev] = (per_sm > 0 ? per_sm : 1) * sms;
+    table[dev] = {smem, (per_sm > 0 ? per_sm : 1) * sms};
   }
-  capacity = table[dev];
+  capacity = table[dev].blocks;
   return 0;
 }
 
@@ -95,7 +101,7 @@ bool env_switch_on(const char* name) {
 
 template <int Fmt, int Layout, int Variant>
 int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
-  static int table[kMaxDevices] = {0};
+  static Capacity table[kMaxDevices];
   int capacity = 0;
   if (const int err = resident_capacity(smallm::smallm_moe_kernel<Fmt, Layout, Variant>, table, capacity)) return err;
   smallm::MoeArgs a = a0;
@@ -111,29 +117,16 @@ int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // Two streaming kernels (smallm_moe_twopass.h), each with as many blocks as are resident (fewer
 // when there is less work). The down kernel's dynamic shared memory (y of its rows, staged h) is
 // raised per device as needed; on CUDA it is a programmatic dependent launch unless SMALLM_PDL=0.
-template <int Fmt, int Layout>
-int launch_down(const smallm::MoeArgs& a0, gpuStream_t stream) {
-  using namespace smallm;
-  auto kernel = smallm_down_kernel<Fmt, Layout>;
-  static int table[kMaxDevices] = {0};
-  static int raised[kMaxDevices] = {0};
-  int capacity = 0;
-  if (const int err = resident_capacity(kernel, table, capacity)) return err;
-  MoeArgs a = a0;
-  const int N = a.T * a.K, rb = down_rows<Fmt>(a.I), nrb = a.D / rb;
-  int G = grid_blocks(nrb, capacity);
-  while (down_ys_floats(N, rb, down_local_blocks(nrb, G)) * 4 > kMaxYsBytes && G < nrb) ++G;
-  a.nblocks = G;
-  const int smem = down_smem_bytes(N, a.I, rb, down_local_blocks(nrb, G));
-  if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
+template <class Kernel>
+int launch_dependent(Kernel kernel, const smallm::MoeArgs& a, int smem, gpuStream_t stream) {
 #if defined(SMALLM_HIP)
-  kernel<<<G, kThreads, smem, stream>>>(a);
+  kernel<<<a.nblocks, smallm::kThreads, smem, stream>>>(a);
   return (int)GPU(GetLastError)();
 #else
   static const bool pdl = env_switch_on("SMALLM_PDL");
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(G);
-  cfg.blockDim = dim3(kThreads);
+  cfg.gridDim = dim3(a.nblocks);
+  cfg.blockDim = dim3(smallm::kThreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -145,10 +138,62 @@ int launch_down(const smallm::MoeArgs& a0, gpuStream_t stream) {
 #endif
 }
 
+// Blocks of a down kernel: resident blocks capped by the row-blocks, more while y of a block's
+// row-blocks does not fit kMaxYsBytes.
+int down_grid(int N, int rb, int nrb, int capacity) {
+  using namespace smallm;
+  int G = grid_blocks(nrb, capacity);
+  while (down_ys_floats(N, rb, down_local_blocks(nrb, G)) * 4 > kMaxYsBytes && G < nrb) ++G;
+  return G;
+}
+
+template <int Fmt, int Layout>
+int launch_down(const smallm::MoeArgs& a0, gpuStream_t stream) {
+  using namespace smallm;
+  auto kernel = smallm_down_kernel<Fmt, Layout>;
+  static Capacity table[kMaxDevices];
+  static int raised[kMaxDevices] = {0};
+  int capacity = 0;
+  if (const int err = resident_capacity(kernel, table, capacity)) return err;
+  MoeArgs a = a0;
+  const int N = a.T * a.K, rb = down_rows<Fmt>(a.I), nrb = a.D / rb;
+  a.nblocks = down_grid(N, rb, nrb, capacity);
+  const int smem = down_smem_bytes(N, a.I, rb, down_local_blocks(nrb, a.nblocks));
+  if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
+  return launch_dependent(kernel, a, smem, stream);
+}
+
+#if !defined(SMALLM_HIP)
+// FP8 down on tensor cores (smallm_down_mma_kernel): h staged as f16 halves in dynamic shared memory.
+template <int Layout>
+int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
+  using namespace smallm;
+  auto kernel = smallm_down_mma_kernel<Layout>;
+  static Capacity table[kMaxDevices], table_smem[kMaxDevices];
+  static int raised[kMaxDevices] = {0};
+  int capacity = 0;
+  if (const int err = resident_capacity(kernel, table, capacity)) return err;
+  MoeArgs a = a0;
+  const int N = a.T * a.K, nrb = a.D / kDownMmaRows;
+  // Staged h can be large (up to kHStageMmaBytes): size the grid by the blocks that fit with it; a
+  // smaller grid gives each block more row-blocks (more y), so settle in a few steps.
+  a.nblocks = down_grid(N, kDownMmaRows, nrb, capacity);
+  int smem = 0;
+  for (int step = 0; step < 4; ++step) {
+    smem = down_mma_smem_bytes(N, a.I, down_local_blocks(nrb, a.nblocks));
+    if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
+    if (const int err = resident_capacity(kernel, table_smem, capacity, smem)) return err;
+    if (capacity >= a.nblocks) break;
+    a.nblocks = down_grid(N, kDownMmaRows, nrb, capacity);
+  }
+  return launch_dependent(kernel, a, smem, stream);
+}
+#endif
+
 template <int Fmt, int Layout, int kRows, int kJ>
 int launch_gateup(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
-  static int table[kMaxDevices] = {0};
+  static Capacity table[kMaxDevices];
   int capacity = 0;
   if (const int err = resident_capacity(smallm_gateup_kernel<Fmt, Layout, kRows, kJ>, table, capacity)) return err;
   MoeArgs a = a0;
@@ -164,7 +209,7 @@ template <int Layout, int kJ>
 int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
   auto kernel = smallm_gateup_mma_kernel<Layout, kJ>;
-  static int table[kMaxDevices] = {0};
+  static Capacity table[kMaxDevices];
   static int raised[kMaxDevices] = {0};
   int capacity = 0;
   if (const int err = resident_capacity(kernel, table, capacity)) return err;
@@ -182,11 +227,14 @@ template <int Fmt, int Layout>
 int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   using namespace smallm;
 #if !defined(SMALLM_HIP)
-  // FP8 gate/up on tensor cores unless SMALLM_MMA=0 (A/B runs), when x fits the f16 stage.
+  // FP8 on tensor cores unless SMALLM_MMA=0 (A/B runs): gate/up when x fits its f16 stage, down when
+  // h fits its stage.
   static const bool mma = env_switch_on("SMALLM_MMA");
   if (Fmt == kFp8Block128 && mma && gateup_mma_fits(a.T, a.D)) {
     const int err = a.D / 64 <= 4 * kWarps ? launch_gateup_mma<Layout, 4>(a, stream) : launch_gateup_mma<Layout, 8>(a, stream);
     if (err) return err;
+    static const bool mma_down = env_switch_on("SMALLM_MMA_DOWN");  // 0: down on CUDA cores (A/B runs)
+    if (mma_down && down_mma_fits(a.T * a.K, a.I)) return launch_down_mma<Layout>(a, stream);
     return launch_down<Fmt, Layout>(a, stream);
   }
 #endif

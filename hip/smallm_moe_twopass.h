@@ -74,18 +74,25 @@ __host__ __device__ inline int down_smem_bytes(int N, int I, int rb, int nloc) {
 constexpr int kMaxYsBytes = 96 * 1024;  // the launcher adds blocks until y fits
 
 // ------------------------------------------------------------------ gate/up kernel
-// Jobs b, b + G, ... (< njobs) of block b, the next job's weights loaded while this one computes.
-template <class Loads, class Issue, class Compute>
-SMALLM_DEV void run_jobs(int njobs, int G, Issue& issue, Compute& compute) {
+// Jobs b, b + G, ... (< njobs) of block b in two register sets that alternate: while one job
+// computes, the next one's weights are in flight, and a finished set is refilled at once (no copy
+// between the sets, which would wait for the loads in flight). `ready` runs after the first job's
+// loads are issued: block-wide work the jobs need but their loads do not (x staging).
+template <class Loads, class Issue, class Ready, class Compute>
+SMALLM_DEV void run_jobs(int njobs, int G, Issue& issue, Ready& ready, Compute& compute) {
   int job = block_id();
-  Loads cur, nxt;
-  if (job < njobs) issue(job, cur);
+  Loads p, q;
+  if (job < njobs) issue(job, p);
+  ready();
+  if (job + G < njobs) issue(job + G, q);
   while (job < njobs) {
-    const int jn = job + G;
-    if (jn < njobs) issue(jn, nxt);
-    compute(job, cur);
-    cur = nxt;
-    job = jn;
+    compute(job, p);
+    job += G;
+    if (job + G < njobs) issue(job + G, p);
+    if (job >= njobs) break;
+    compute(job, q);
+    job += G;
+    if (job + G < njobs) issue(job + G, q);
   }
 }
 
@@ -179,7 +186,8 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_kernel(MoeArgs a) {
       buf ^= 1;  // the next group writes the other buffer; the one after waits behind its barrier
     }
   };
-  run_jobs<Loads>(njobs, G, issue, compute);
+  auto nothing = [] {};
+  run_jobs<Loads>(njobs, G, issue, nothing, compute);
 }
 
 // ------------------------------------------------------------------ gate/up on tensor cores (FP8, sm_89+)
@@ -215,38 +223,6 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
   const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
   for (int tok = t; tok < a.T; tok += kThreads) xmax[tok] = 0;
   build_routing(a, R);  // ends with a barrier
-  // x -> f16 * 2^-e_t in shared memory: per token, the max |x| (16-byte loads, warp reduction, one
-  // shared atomic per warp), then 2^e_t with max|x| * 2^-e_t in [2^14, 2^15), then the scaled copy.
-  const int dv = a.D / 8;  // 16-byte vectors per token row
-  for (int tok = 0; tok < a.T; ++tok) {
-    float mx = 0.0f;
-    for (int i = t; i < dv; i += kThreads) {
-      const Vec16 v = load_cached(a.x + (size_t)tok * a.D + 8 * i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) mx = fmaxf(mx, fmaxf(fabsf(bf16_lo(v.w[k])), fabsf(bf16_hi(v.w[k]))));
-    }
-    for (int o = 1; o < kWarp; o <<= 1) mx = fmaxf(mx, shfl_xor(mx, o));
-    if (lane == 0) atomicMax(&xmax[tok], __builtin_bit_cast(int, mx));
-  }
-  block_sync();
-  for (int tok = t; tok < a.T; tok += kThreads) {
-    int e = ((xmax[tok] >> 23) & 0xff) - 127 - 14;
-    e = e < -100 ? -100 : e;
-    xmax[tok] = (127 + e) << 23;  // 2^e as float bits
-  }
-  block_sync();
-  for (int tok = 0; tok < a.T; ++tok) {
-    const float inv = __builtin_bit_cast(float, (127 + 127 - ((xmax[tok] >> 23) & 0xff)) << 23);  // 2^-e
-    for (int i = t; i < dv; i += kThreads) {
-      const Vec16 v = load_cached(a.x + (size_t)tok * a.D + 8 * i);
-      Vec16 o;
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-        o.w[k] = (uint32_t)f32_to_f16(bf16_lo(v.w[k]) * inv) | ((uint32_t)f32_to_f16(bf16_hi(v.w[k]) * inv) << 16);
-      *reinterpret_cast<Vec16*>(xs + (size_t)tok * a.D + 8 * i) = o;
-    }
-  }
-  block_sync();
   const int tiles = a.I / 4, njobs = R.nd * tiles, G = a.nblocks;
   const int rowb = a.D, nsteps = a.D / 64;
   auto issue = [&](int job, Loads& L) {
@@ -316,13 +292,63 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
       buf ^= 1;
     }
   };
-  run_jobs<Loads>(njobs, G, issue, compute);
+  // After the first jobs' weight loads are issued (their latency covers this):
+  auto stage_x = [&] {
+    // x -> f16 * 2^-e_t in shared memory: per token, the max |x| (16-byte loads, warp reduction, one
+    // shared atomic per warp), then 2^e_t with max|x| * 2^-e_t in [2^14, 2^15), then the scaled copy.
+    const int dv = a.D / 8;  // 16-byte vectors per token row
+    for (int tok = 0; tok < a.T; ++tok) {
+      float mx = 0.0f;
+      for (int i = t; i < dv; i += kThreads) {
+        const Vec16 v = load_cached(a.x + (size_t)tok * a.D + 8 * i);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) mx = fmaxf(mx, fmaxf(fabsf(bf16_lo(v.w[k])), fabsf(bf16_hi(v.w[k]))));
+      }
+      for (int o = 1; o < kWarp; o <<= 1) mx = fmaxf(mx, shfl_xor(mx, o));
+      if (lane == 0) atomicMax(&xmax[tok], __builtin_bit_cast(int, mx));
+    }
+    block_sync();
+    for (int tok = t; tok < a.T; tok += kThreads) {
+      int e = ((xmax[tok] >> 23) & 0xff) - 127 - 14;
+      e = e < -100 ? -100 : e;
+      xmax[tok] = (127 + e) << 23;  // 2^e as float bits
+    }
+    block_sync();
+    for (int tok = 0; tok < a.T; ++tok) {
+      const float inv = __builtin_bit_cast(float, (127 + 127 - ((xmax[tok] >> 23) & 0xff)) << 23);  // 2^-e
+      for (int i = t; i < dv; i += kThreads) {
+        const Vec16 v = load_cached(a.x + (size_t)tok * a.D + 8 * i);
+        Vec16 o;
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          o.w[k] = (uint32_t)f32_to_f16(bf16_lo(v.w[k]) * inv) | ((uint32_t)f32_to_f16(bf16_hi(v.w[k]) * inv) << 16);
+        *reinterpret_cast<Vec16*>(xs + (size_t)tok * a.D + 8 * i) = o;
+      }
+    }
+    block_sync();
+  };
+  run_jobs<Loads>(njobs, G, issue, stage_x, compute);
 #else
   (void)a;
 #endif
 }
 
 // ------------------------------------------------------------------ down kernel
+// The end of both down kernels: out[token, rows of the block's row-blocks] = out_scale * the sum
+// over the token's slots, in slot order, of topk_w * y (y: [nloc][T*K][rb] in shared memory).
+SMALLM_DEV void slot_sums(const MoeArgs& a, const Routing& R, const float* ys, int nloc, int rb) {
+  const int N = a.T * a.K, G = a.nblocks, b = block_id();
+  for (int idx = thread_id(); idx < nloc * a.T * rb; idx += kThreads) {
+    const int i = idx / (a.T * rb), rest = idx - i * a.T * rb, tok = rest / rb, r = rest - tok * rb;
+    float sum = 0.0f;
+    for (int k = 0; k < a.K; ++k) {
+      const int pq = tok * a.K + k;
+      if (R.id[pq] >= 0) sum = ffma(a.topk_w[pq], ys[(i * N + pq) * rb + r], sum);
+    }
+    a.out[(size_t)tok * a.D + (b + G * i) * rb + r] = f32_to_bf16(a.out_scale * sum);
+  }
+}
+
 // Row-block i (rb output rows) x distinct expert u is one warp job: the lane holds row i*rb + lane%rb
 // at vectors lane/rb + (kWarp/rb) c. As many blocks as are resident; block b owns row-blocks
 // b, b + G, ... (nloc of them); its warps take the (row-block, expert) jobs in turn, kRingB jobs'
@@ -428,15 +454,175 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
   else
     jobs(IntC<0>{});
   block_sync();
-  for (int idx = t; idx < nloc * a.T * rb; idx += kThreads) {
-    const int i = idx / (a.T * rb), rest = idx - i * a.T * rb, tok = rest / rb, r = rest - tok * rb;
-    float sum = 0.0f;
-    for (int k = 0; k < a.K; ++k) {
-      const int pq = tok * a.K + k;
-      if (R.id[pq] >= 0) sum = ffma(a.topk_w[pq], ys[(i * N + pq) * rb + r], sum);
+  slot_sums(a, R, ys, nloc, rb);
+}
+
+// ------------------------------------------------------------------ down on tensor cores (FP8, sm_89+)
+// Same row-block ownership and slot sums as smallm_down_kernel; a warp job is 16 output rows of one
+// distinct expert over all of I, computed as C[row, pair] = sum_k W2[row, k] h[pair, k] with
+// mma.sync m16n8k16 (f16 in, fp32 accumulate), 8 pairs per pass:
+//   A = W2: e4m3 -> f16 exact. Lane l = (g = l/4, q = l%4) holds bytes 16q..16q+15 of every 64-wide
+//       chunk c of rows g and g+8; MMA i of a chunk takes bytes 4i..4i+3 as the k slots 2q, 2q+1,
+//       2q+8, 2q+9 (the same slot order as the gate/up kernel; h takes the same order).
+//   B = h of the pair g, staged once per block in shared memory as two f16 halves, hi = f16(h s_p)
+//       and lo = f16(h s_p - hi), s_p = 2^-e_p putting the pair's max |h| in [2^14, 2^15): the pair
+//       hi + lo carries 22 significant bits, every value above 2^-38 of the pair's largest; the two
+//       MMAs (hi, lo) accumulate in fp32. 2^e_p and the 128x128 block scales are applied to C.
+// Each warp keeps two jobs' W2 in alternating register sets; the first two are loaded before the
+// wait for the gate/up kernel.
+constexpr int kDownMmaRows = 16;           // output rows per row-block (one MMA tile)
+constexpr int kDownMmaChunks = 4;          // 64-wide chunks of I per job: I <= 256
+constexpr int kHStageMmaBytes = 96 * 1024; // staged h (hi and lo halves)
+
+__host__ __device__ inline int down_mma_hstride(int I) { return I + 8; }  // f16 per pair row (padded: no bank conflicts)
+__host__ __device__ inline bool down_mma_fits(int N, int I) {
+  return I % 128 == 0 && I / 64 <= kDownMmaChunks && (long)N * down_mma_hstride(I) * 4 <= kHStageMmaBytes;
+}
+__host__ __device__ inline int down_mma_smem_bytes(int N, int I, int nloc) {
+  return down_ys_floats(N, kDownMmaRows, nloc) * 4 + (N + 3) / 4 * 16 + N * down_mma_hstride(I) * 4;
+}
+
+struct DownMmaLoads {
+  Vec16 v[2][kDownMmaChunks];  // rows g, g+8 x chunks
+  float s[kDownMmaChunks / 2]; // block scale per 128-wide k block
+};
+
+template <int Layout>
+__global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
+#if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
+  using F = Format<kFp8Block128>;
+  constexpr int rb = kDownMmaRows;
+  extern __shared__ __attribute__((aligned(16))) float dsm[];  // ys [nloc][T*K][16], 2^e_p [T*K], h hi, h lo
+  __shared__ Routing R;
+  const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
+  const int N = a.T * a.K, G = a.nblocks, b = block_id();
+  const int nrb = a.D / rb;
+  const int nloc = b < nrb ? (nrb - 1 - b) / G + 1 : 0;
+  float* ys = dsm;
+  float* hexp = ys + down_ys_floats(N, rb, down_local_blocks(nrb, G));
+  const int hst = down_mma_hstride(a.I), nch = a.I / 64;
+  uint16_t* hhi = reinterpret_cast<uint16_t*>(hexp + (N + 3) / 4 * 4);
+  uint16_t* hlo = hhi + N * hst;
+  build_routing(a, R);
+  const int nd = R.nd, njobs = nloc * nd;
+  auto issue = [&](int jj, DownMmaLoads& L) {
+    const int i = jj / nd, u = jj - i * nd;
+    const int row0 = (b + G * i) * rb, e = R.id[R.ulead[u]];
+    const uint8_t* wb = a.w2 + (size_t)e * a.D * a.I;
+#pragma unroll
+    for (int c = 0; c < kDownMmaChunks; ++c) {
+      if (c < nch) {
+        L.v[0][c] = load_weights(wb + vec_offset<Layout>(row0 + g, 4 * c + q, a.I));
+        L.v[1][c] = load_weights(wb + vec_offset<Layout>(row0 + g + 8, 4 * c + q, a.I));
+      }
     }
-    a.out[(size_t)tok * a.D + (b + G * i) * rb + r] = f32_to_bf16(a.out_scale * sum);
+#pragma unroll
+    for (int kb = 0; kb < kDownMmaChunks / 2; ++kb)
+      if (2 * kb < nch) L.s[kb] = F::template scale<Layout>(a.s2, e, a.D, a.I, row0, 8 * kb);
+  };
+  DownMmaLoads p0, p1;
+  if (w < njobs) issue(w, p0);
+  if (w + kWarps < njobs) issue(w + kWarps, p1);
+  grid_dependency_wait();  // h comes from the gate/up kernel (and out may alias what it reads)
+  // h -> hi/lo f16 halves, pair p (warp w takes p = w, w + 8, ...) scaled by 2^-e_p. Pairs without a
+  // valid expert have no h and are never read.
+  for (int p = w; p < N; p += kWarps) {
+    if (R.id[p] < 0) continue;
+    const float* hp = a.h + (size_t)p * a.I;
+    float4 v[kDownMmaChunks / 2];
+    float mx = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kDownMmaChunks / 2; ++j) {
+      if (128 * j < a.I) {
+        v[j] = load_coherent4(hp + 128 * j + 4 * lane);
+        mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w))));
+      }
+    }
+    for (int o = 1; o < kWarp; o <<= 1) mx = fmaxf(mx, shfl_xor(mx, o));
+    int e = (int)((__builtin_bit_cast(uint32_t, mx) >> 23) & 0xff) - 127 - 14;
+    e = e < -100 ? -100 : e;
+    const float inv = __builtin_bit_cast(float, (127 - e) << 23);
+    if (lane == 0) hexp[p] = __builtin_bit_cast(float, (127 + e) << 23);
+#pragma unroll
+    for (int j = 0; j < kDownMmaChunks / 2; ++j) {
+      if (128 * j < a.I) {
+        const float f[4] = {v[j].x * inv, v[j].y * inv, v[j].z * inv, v[j].w * inv};
+        uint16_t hi[4], lo[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          hi[k] = f32_to_f16(f[k]);
+          lo[k] = f32_to_f16(f[k] - f16_to_f32(hi[k]));
+        }
+        const int at = p * hst + 128 * j + 4 * lane;
+        *reinterpret_cast<uint2*>(hhi + at) = make_uint2(hi[0] | ((uint32_t)hi[1] << 16), hi[2] | ((uint32_t)hi[3] << 16));
+        *reinterpret_cast<uint2*>(hlo + at) = make_uint2(lo[0] | ((uint32_t)lo[1] << 16), lo[2] | ((uint32_t)lo[3] << 16));
+      }
+    }
   }
+  block_sync();
+  auto compute = [&](int jj, DownMmaLoads& L) {
+    const int i = jj / nd, u = jj - i * nd;
+    const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
+    for (int m0 = 0; m0 < M; m0 += kMmaPairs) {
+      const int mc = imin(kMmaPairs, M - m0);
+      const bool live = g < mc;
+      const int at = R.plist[beg + m0 + (live ? g : 0)] * hst + 16 * q;
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int kb = 0; kb < kDownMmaChunks / 2; ++kb) {
+        if (2 * kb < nch) {
+          float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int cc = 0; cc < 2; ++cc) {
+            const int ch = 2 * kb + cc;
+            opaque(L.v[0][ch]);
+            opaque(L.v[1][ch]);
+            Vec16 bh[2] = {}, bl[2] = {};
+            if (live) {
+#pragma unroll
+              for (int z = 0; z < 2; ++z) {
+                bh[z] = *reinterpret_cast<const Vec16*>(hhi + at + 64 * ch + 8 * z);
+                bl[z] = *reinterpret_cast<const Vec16*>(hlo + at + 64 * ch + 8 * z);
+              }
+            }
+#pragma unroll
+            for (int mi = 0; mi < 4; ++mi) {
+              const uint32_t wg = L.v[0][ch].w[mi], wg8 = L.v[1][ch].w[mi];
+              const uint32_t a0 = e4m3x2_to_f16x2(wg), a2 = e4m3x2_to_f16x2(wg >> 16);
+              const uint32_t a1 = e4m3x2_to_f16x2(wg8), a3 = e4m3x2_to_f16x2(wg8 >> 16);
+              const int z = mi / 2, wd = 2 * (mi % 2);  // h values 4mi..4mi+3: words 2mi, 2mi+1
+              mma_f16_16x8x16(cs, a0, a1, a2, a3, bh[z].w[wd], bh[z].w[wd + 1]);
+              mma_f16_16x8x16(cs, a0, a1, a2, a3, bl[z].w[wd], bl[z].w[wd + 1]);
+            }
+          }
+#pragma unroll
+          for (int r = 0; r < 4; ++r) c[r] = ffma(L.s[kb], cs[r], c[r]);
+        }
+      }
+      // c[0], c[1]: row g, pairs m0 + 2q, m0 + 2q + 1; c[2], c[3]: row g + 8, the same pairs.
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        if (2 * q + h2 < mc) {
+          const int pq = R.plist[beg + m0 + 2 * q + h2];
+          const float sc = hexp[pq];
+          ys[(i * N + pq) * rb + g] = c[h2] * sc;
+          ys[(i * N + pq) * rb + g + 8] = c[2 + h2] * sc;
+        }
+      }
+    }
+  };
+  for (int jj = w; jj < njobs; jj += 2 * kWarps) {
+    compute(jj, p0);
+    if (jj + 2 * kWarps < njobs) issue(jj + 2 * kWarps, p0);
+    if (jj + kWarps >= njobs) break;
+    compute(jj + kWarps, p1);
+    if (jj + 3 * kWarps < njobs) issue(jj + 3 * kWarps, p1);
+  }
+  block_sync();
+  slot_sums(a, R, ys, nloc, rb);
+#else
+  (void)a;
+#endif
 }
 
 }  // namespace smallm

@@ -38,8 +38,8 @@ VARIANTS = {
     "3": "removed (warp-sized items: slower) [h200-warp-kernel]; the launcher runs the default",
     "4": "removed (block kernel with phase 1 on tensor cores: not faster) [h200-mma-phase1]; "
          "the launcher runs the default",
-    "5": "two streaming kernels: gate/up (FP8 on tensor cores on CUDA) then down + slot sum (programmatic "
-         "dependent launch on sm_90) [h200-twopass]",
+    "5": "two streaming kernels: gate/up, then down + slot sum (programmatic dependent launch on sm_90); "
+         "FP8 on CUDA runs both on tensor cores where x and h fit their f16 stages [h200-twopass, h200-mma-down]",
 }
 
 

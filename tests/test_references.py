@@ -318,3 +318,27 @@ def test_x_to_f16_per_token_is_exact_above_2m28_of_the_max(seed, magnitude):
     scaled_max = (xf.abs().amax(dim=1) / scale)
     live = amax[:, 0] > 0
     assert bool(((scaled_max[live] >= 2.0 ** 14) & (scaled_max[live] < 2.0 ** 15)).all())
+
+
+# ----------------------------------------------------------------- h staged as two f16 halves (tensor-core down)
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("magnitude", [2.0 ** -60, 2.0 ** -20, 1.0, 2.0 ** 14, 2.0 ** 40, 2.0 ** 100])
+def test_h_to_f16_hi_lo_per_pair_keeps_22_bits(seed, magnitude):
+    """What the FP8 tensor-core down kernel stages instead of fp32 h: hi + lo f16 halves of h scaled
+    per pair by a power of two; no overflow, and 22 significant bits of every value."""
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(6, 256, generator=g) * magnitude
+    h[0, 7] *= 1e5   # an outlier in one pair
+    h[1, :] = 0.0    # an all-zero pair
+    h[2, 3] = -h[2].abs().max() * 3  # a negative maximum
+    hi, lo, scale = R.h_to_f16_hi_lo_per_pair(h)
+    assert bool(hi.isfinite().all()) and bool(lo.isfinite().all())
+    back = (hi.float() + lo.float()) * scale[:, None]
+    err = (back - h).abs()
+    assert bool((err <= h.abs() * 2.0 ** -22 + 2.0 ** -25 * scale[:, None]).all())
+    # a single f16 (hi alone) would not be enough: its error reaches 2^-12 of some values
+    one = (hi.float() * scale[:, None] - h).abs()
+    assert bool((one > h.abs() * 2.0 ** -16).any())
+    scaled_max = h.abs().amax(dim=1) / scale
+    live = scaled_max > 0
+    assert bool(((scaled_max[live] >= 2.0 ** 14) & (scaled_max[live] < 2.0 ** 15)).all())

@@ -19,6 +19,7 @@ from .quant import (
     mxfp8_scale_roundup,
     quant_fp8_blockscale,
     x_to_f16_per_token,
+    h_to_f16_hi_lo_per_pair,
 )
 from .sorting import (
     moe_align_block_size,
@@ -53,4 +54,5 @@ __all__ = [
     "fp4_unpack",
     "e8m0_to_float",
     "x_to_f16_per_token",
+    "h_to_f16_hi_lo_per_pair",
 ]

@@ -147,3 +147,19 @@ def x_to_f16_per_token(x: torch.Tensor):
     e = (((bits >> 23) & 0xFF) - 127 - 14).clamp(min=-100)
     scale = torch.pow(2.0, e.float())
     return (xf / scale[:, None]).to(torch.float16), scale
+
+
+def h_to_f16_hi_lo_per_pair(h: torch.Tensor):
+    """Model of the intermediate the FP8 tensor-core down kernel stages (hip/smallm_moe_twopass.h):
+    per pair (row of h, fp32) e = exponent(max |h|) - 14, clamped to >= -100, v = h * 2^-e (exact),
+    hi = f16(v), lo = f16(v - hi). Returns (hi, lo [P, I] float16, scale [P] float32 = 2^e);
+    (hi + lo) * scale is within 2^-22 |h| + 2^-25 scale of h (22 significant bits), no overflow."""
+    hf = h.float()
+    amax = hf.abs().amax(dim=1)
+    bits = amax.view(torch.int32)
+    e = (((bits >> 23) & 0xFF) - 127 - 14).clamp(min=-100)
+    scale = torch.pow(2.0, e.float())
+    v = hf / scale[:, None]
+    hi = v.to(torch.float16)
+    lo = (v - hi.float()).to(torch.float16)
+    return hi, lo, scale
