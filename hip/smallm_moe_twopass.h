@@ -74,25 +74,22 @@ __host__ __device__ inline int down_smem_bytes(int N, int I, int rb, int nloc) {
 constexpr int kMaxYsBytes = 96 * 1024;  // the launcher adds blocks until y fits
 
 // ------------------------------------------------------------------ gate/up kernel
-// Jobs b, b + G, ... (< njobs) of block b in two register sets that alternate: while one job
-// computes, the next one's weights are in flight, and a finished set is refilled at once (no copy
-// between the sets, which would wait for the loads in flight). `ready` runs after the first job's
-// loads are issued: block-wide work the jobs need but their loads do not (x staging).
+// Jobs b, b + G, ... (< njobs) of block b, the next job's weights loaded while this one computes.
+// `ready` runs after the first job's loads are issued: block-wide work the jobs need but their
+// loads do not (x staging). (Two alternating register sets instead of the copy cur = nxt were
+// measured slower on the H200: examples/results "h200-mma-down" run 1.)
 template <class Loads, class Issue, class Ready, class Compute>
 SMALLM_DEV void run_jobs(int njobs, int G, Issue& issue, Ready& ready, Compute& compute) {
   int job = block_id();
-  Loads p, q;
-  if (job < njobs) issue(job, p);
+  Loads cur, nxt;
+  if (job < njobs) issue(job, cur);
   ready();
-  if (job + G < njobs) issue(job + G, q);
   while (job < njobs) {
-    compute(job, p);
-    job += G;
-    if (job + G < njobs) issue(job + G, p);
-    if (job >= njobs) break;
-    compute(job, q);
-    job += G;
-    if (job + G < njobs) issue(job + G, q);
+    const int jn = job + G;
+    if (jn < njobs) issue(jn, nxt);
+    compute(job, cur);
+    cur = nxt;
+    job = jn;
   }
 }
 
