@@ -2,8 +2,8 @@
 # One H200 job for the FP8 down projection on tensor cores (smallm_down_mma_kernel) and the gate/up
 # job loop that issues the first weights before staging x: build, numerics (selftest moe + edge, GPU
 # tests, memcheck), then `sglang-smallm bench` of the default beside SMALLM_MMA_DOWN=0 (the previous
-# CUDA-core down) and SMALLM_GATEUP_BLOCKS_PER_SM=1, per-kernel times, SGLang's Triton FP8 peer (.peer/ from
-# ../shared/peer/prepare.sh) and the read floor, all in this job. Logs under $OUT, tarred at the end.
+# CUDA-core down; AB=0 skips it), per-kernel times, SGLang's Triton FP8 peer (.peer/ from
+# ../shared/peer/prepare.sh) and (FLOOR=1) ../shared/peer/readfloor.py, all in this job. Logs under $OUT, tarred at the end.
 set -u
 OUT=${OUT:-/tmp/smallm_out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -27,15 +27,17 @@ stamp bench
 B="--shapes qwen35-tp4,qwen35-tp8 --layouts row_major --tokens $T"
 run() { timeout 100 env $2 python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_$1" $B --formats "$3" > "$OUT/bench_$1.log" 2>&1; }
 run fp8_default "" fp8_block128
-run fp8_cudacore_down "SMALLM_MMA_DOWN=0" fp8_block128
-before 330 && run fp8_gateup1 "SMALLM_GATEUP_BLOCKS_PER_SM=1" fp8_block128
+[ "${AB:-1}" = 1 ] && run fp8_cudacore_down "SMALLM_MMA_DOWN=0" fp8_block128
 before 360 && run mxfp4_default "" mxfp4
 stamp profile
 before 380 && timeout 60 python3 "$R/examples/profile_kernels.py" qwen35-tp4 fp8_block128 1,8 > "$OUT/profile_tp4.log" 2>&1
 stamp peer
 cd "$R"; before 420 && timeout 120 env OUT=$OUT/peer bash .peer/run.sh --tokens $T > "$OUT/peer.log" 2>&1
+stamp readfloor
+[ "${FLOOR:-0}" = 1 ] && before 430 && timeout 130 python3 .peer/readfloor.py > "$OUT/readfloor.log" 2>&1
 stamp done
-for f in fp8_default fp8_cudacore_down fp8_gateup1 mxfp4_default; do echo "== $f"; grep -E "kernel .* us" "$OUT/bench_$f.log" | \
+[ -s "$OUT/readfloor.log" ] && tail -14 "$OUT/readfloor.log"
+for f in fp8_default fp8_cudacore_down mxfp4_default; do [ -e "$OUT/bench_$f.log" ] || continue; echo "== $f"; grep -E "kernel .* us" "$OUT/bench_$f.log" | \
   sed -E 's/ +/ /g; s/ row_major//; s/ distinct=[ 0-9.]+//; s/roofline.*//; s/fp8_block128 //; s/mxfp4 //' ; done
 grep -E "^T=" "$OUT/profile_tp4.log" | cut -c1-200
 grep -E "T= *[0-9]+ shipped +jit +full" "$OUT/peer.log" | sed -E 's/ +/ /g' | cut -c1-45

@@ -99,18 +99,6 @@ bool env_switch_on(const char* name) {
   return !(v && v[0] == '0');
 }
 
-// Gate/up grid cap (A/B runs): SMALLM_GATEUP_BLOCKS_PER_SM=n > 0 launches at most n blocks per SM,
-// leaving room for the down kernel's blocks to become resident early (programmatic dependent launch).
-int gateup_capacity(int capacity) {
-  static const int per_sm = [] {
-    const char* v = getenv("SMALLM_GATEUP_BLOCKS_PER_SM");
-    return v ? atoi(v) : 0;
-  }();
-  int dev = 0, sms = 0;
-  if (per_sm <= 0 || GPU(GetDevice)(&dev) != 0 || GPU(DeviceGetAttribute)(&sms, GPU_DEV_ATTR_SMS, dev) != 0) return capacity;
-  return per_sm * sms < capacity ? per_sm * sms : capacity;
-}
-
 template <int Fmt, int Layout, int Variant>
 int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
   static Capacity table[kMaxDevices];
@@ -210,7 +198,7 @@ int launch_gateup(const smallm::MoeArgs& a0, gpuStream_t stream) {
   if (const int err = resident_capacity(smallm_gateup_kernel<Fmt, Layout, kRows, kJ>, table, capacity)) return err;
   MoeArgs a = a0;
   const long pairs = (long)a.T * a.K;
-  a.nblocks = grid_blocks((pairs < a.E ? pairs : a.E) * (a.I / (kRows / 2)), gateup_capacity(capacity));
+  a.nblocks = grid_blocks((pairs < a.E ? pairs : a.E) * (a.I / (kRows / 2)), capacity);
   smallm_gateup_kernel<Fmt, Layout, kRows, kJ><<<a.nblocks, kThreads, 0, stream>>>(a);
   return (int)GPU(GetLastError)();
 }
@@ -227,7 +215,7 @@ int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   if (const int err = resident_capacity(kernel, table, capacity)) return err;
   MoeArgs a = a0;
   const long pairs = (long)a.T * a.K;
-  a.nblocks = grid_blocks((pairs < a.E ? pairs : a.E) * (a.I / 4), gateup_capacity(capacity));
+  a.nblocks = grid_blocks((pairs < a.E ? pairs : a.E) * (a.I / 4), capacity);
   const int smem = a.T * a.D * 2;
   if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
   kernel<<<a.nblocks, kThreads, smem, stream>>>(a);

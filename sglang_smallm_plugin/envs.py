@@ -33,12 +33,9 @@ KERNEL_VARIANT = Switch("SMALLM_KERNEL_VARIANT", "",
 MMA = Switch("SMALLM_MMA", "1", "A/B switch (CUDA, variant 5): 0 computes FP8 gate/up and down on CUDA cores, not tensor cores")
 MMA_DOWN = Switch("SMALLM_MMA_DOWN", "1",
                   "A/B switch (CUDA, variant 5): 0 computes the FP8 down projection on CUDA cores while gate/up stays on tensor cores")
-GATEUP_BLOCKS_PER_SM = Switch("SMALLM_GATEUP_BLOCKS_PER_SM", "",
-                              "A/B switch (variant 5): n > 0 caps the gate/up kernel at n blocks per SM, so that the down "
-                              "kernel's blocks can start beside it")
 PDL = Switch("SMALLM_PDL", "1",
              "A/B switch (CUDA, variant 5): 0 launches the down kernel without programmatic dependent launch")
 X_PREFETCH = Switch("SMALLM_X_PREFETCH", "1",
                     "experiment (kernel launcher): 0 turns off copying the next item's activations early")
 
-ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, GATEUP_BLOCKS_PER_SM, PDL, X_PREFETCH)
+ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH)
