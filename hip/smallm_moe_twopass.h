@@ -3,8 +3,8 @@
 // The block kernel (smallm_moe.h) runs one launch whose items hand partial sums to each other
 // through global counters; on the H200 it is bound by that per-item chain (acquire, partial
 // reads, release, ticket), not by the weight bytes. Here nothing waits on another block (the
-// CUDA default; H200: 7-33 % less time than the block kernel inside the caps, still 2.2-2.4x the
-// read floor, mostly per-block prologue and per-job overhead: examples/results "h200-twopass"):
+// CUDA default; H200 Qwen3.5 FP8 with both passes on tensor cores: 1.85-2.3x the read floor at
+// 1-8 tokens, faster than SGLang's Triton path inside the caps; examples/results "h200-mma-down"):
 //
 //   gate/up  as many blocks as are resident; each derives the distinct experts (first-occurrence
 //            order) and takes jobs b, b + G, ...: job (expert u, tile) is 4 gate rows and the same
@@ -17,6 +17,7 @@
 //            jobs' W2 rows in flight, read h (staged in shared memory when small), write
 //            y[pair, rows] to shared memory, and the block then sums each token's slots in slot
 //            order into out (deterministic: every sum has a fixed order).
+//            FP8 on CUDA runs it on tensor cores (smallm_down_mma_kernel) while h fits its stage.
 //
 // On sm_90 the down kernel is launched as a programmatic dependent of the gate/up kernel: its
 // prologue and its first W2 loads run while the gate/up kernel finishes, and it waits

@@ -36,13 +36,12 @@ CAPS: Sequence[Cap] = (
     Cap("gfx950", MXFP4, 256, 40, "crossover vs AITER measured upstream on MI355X"),
     Cap("gfx950", MXFP4, None, 16, "not measured: conservative"),
     # H200, row-major weights (the Triton fallback's layout), against SGLang's Triton FP8 path as
-    # shipped (examples/results/README.md, "h200-twopass", the two-kernel default): with I=128
-    # faster at 1-4 tokens (39.1 vs 51.5 us at 4), slower at 8 (78.0 vs 73.8); with I=256 faster at
-    # 1-2 (39.2 vs 44.1 us at 2), slower at 4 (72.6 vs 62.9; 3 not measured with it). The block
-    # kernel before it had the same crossovers ("h200-caps"). Shapes not measured against the peer
-    # do not use the kernel.
-    Cap("sm_90", FP8_BLOCK128, 128, 4, "H200 crossover vs SGLang Triton measured 2026-11-30"),
-    Cap("sm_90", FP8_BLOCK128, 256, 2, "H200 crossover vs SGLang Triton measured 2026-11-30"),
+    # shipped, both in one job (examples/results/README.md, "h200-mma-down" run 3: the two kernels
+    # with gate/up and down on tensor cores): with I=128 faster at 1-8 tokens (65.4 vs 73.7 us at
+    # 8), slower at 10 (120.9 vs 83.5; 9 not measured); with I=256 faster at 1-4 (58.0 vs 63.0 us
+    # at 4), slower at 5 (70.7 vs 69.3). Shapes not measured against the peer do not use the kernel.
+    Cap("sm_90", FP8_BLOCK128, 128, 8, "H200 crossover vs SGLang Triton measured 2026-11-30"),
+    Cap("sm_90", FP8_BLOCK128, 256, 4, "H200 crossover vs SGLang Triton measured 2026-11-30"),
     Cap("sm_90", FP8_BLOCK128, None, 0, "H200: not measured against SGLang Triton at this I"),
     Cap("sm_90", MXFP4, None, 48, "no SGLang MXFP4 runner on CUDA; kernel-only path"),
 )
