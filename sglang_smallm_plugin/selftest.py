@@ -37,11 +37,11 @@ class CaseResult:
 
 
 def default_tokens(shape, weight_format, arch) -> list:
-    """1, 3, 8 and the cap; where the device's cap is small (H200), the kernel's own range up to 48."""
+    """1, 3, 8 and the device's cap; where that cap is below 8 (H200), also the kernel's own range
+    up to 48 tokens."""
     cap = gate.token_cap(arch, weight_format, shape.inter, shape.slots)[0]
-    if cap < 8:
-        cap = min(48, gate.MAX_PAIRS // shape.slots)
-    return sorted({t for t in (1, 3, 8, cap) if 0 < t <= cap})
+    top = cap if cap >= 8 else min(48, gate.MAX_PAIRS // shape.slots)
+    return sorted({t for t in (1, 3, 8, cap, top) if 0 < t <= top})
 
 
 def check_case(shape, weight_format, layout, tokens, seed, device, weights=None) -> CaseResult:

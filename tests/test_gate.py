@@ -147,3 +147,17 @@ def test_no_gpu_never_uses_compiled_kernel(real_objects):
     layer, core, dispatch, qi = real_objects
     d, _ = _decide(core, dispatch, qi, core.config, only_compiled=False)
     assert d.path == "kernel:reference" and d.reason == "CPU tensors"
+
+
+def test_selftest_tokens_include_the_device_cap():
+    """`sglang-smallm selftest` checks 1, 3, 8 and the cap the gate uses on that device; below a cap
+    of 8 (H200) also the kernel's own range up to 48 tokens."""
+    from sglang_smallm_plugin import selftest
+    from sglang_smallm_plugin.shapes import SHAPES
+
+    tp4, tp8 = SHAPES["qwen35-tp4"], SHAPES["qwen35-tp8"]
+    assert selftest.default_tokens(tp4, "fp8_block128", "sm_90") == [1, 3, 4, 8, 48]
+    assert selftest.default_tokens(tp8, "fp8_block128", "sm_90") == [1, 3, 8]
+    assert selftest.default_tokens(tp4, "fp8_block128", "gfx950") == [1, 3, 8, 20]
+    assert selftest.default_tokens(tp8, "mxfp4", "gfx950") == [1, 3, 8, 40]
+    assert selftest.default_tokens(SHAPES["minimax-m3"], "fp8_block128", "sm_90") == [1, 3, 8, 48]  # cap 0: unmeasured
