@@ -52,6 +52,53 @@ def variant_note() -> str:
     return f"kernel variant: {'SMALLM_KERNEL_VARIANT=' + v if v else 'unset'} ({what})"
 
 
+# What the launcher runs for one call, mirrored for logs and `doctor` only (it never picks a kernel):
+# hip/smallm_moe.hip smallm_moe_launch / launch_twopass and the fits helpers of
+# hip/smallm_moe_twopass.h. tests/test_kernel_plan.py reads these constants from the headers.
+THREADS = 256                     # kThreads
+X_STAGE_BYTES = 64 * 1024         # kXStageBytes: x as f16 for the tensor-core gate/up
+H_STAGE_MMA_BYTES = 96 * 1024     # kHStageMmaBytes: h as two f16 halves for the tensor-core down
+DOWN_MMA_CHUNKS = 4               # kDownMmaChunks: I <= 64 * 4 for the tensor-core down
+
+
+def _twopass_fits(fmt: str, D: int) -> bool:
+    nv = D // 16 // (2 if fmt == MXFP4 else 1)
+    per8, per4 = -(-nv * 8 // THREADS), -(-nv * 4 // THREADS)
+    return per8 <= 8 or per4 <= 8
+
+
+def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int) -> str:
+    """The kernels the launcher runs for a call of this shape, and why, in words."""
+    from . import envs
+
+    cuda = arch.startswith("sm_")
+    v = envs.KERNEL_VARIANT.get().strip()
+    allowed = ("0", "1", "5") if cuda else ("0", "5")
+    variant = v if v in allowed else ("5" if cuda else "0")
+    block = f"block kernel (variant {variant})"
+    if variant == "5" and not _twopass_fits(fmt, D):
+        return f"block kernel (variant {1 if cuda and fmt == FP8_BLOCK128 else 0}): D={D} too wide for the two-pass gate/up"
+    if variant != "5":
+        return block
+    if not (cuda and fmt == FP8_BLOCK128 and envs.MMA.enabled()):
+        why = "no tensor-core path for this format/arch" if envs.MMA.enabled() else "SMALLM_MMA=0"
+        return f"two-pass (variant 5): gate/up and down on CUDA cores ({why})"
+    x_bytes = T * D * 2
+    if not (x_bytes <= X_STAGE_BYTES and D % 64 == 0 and D // 64 <= 64):
+        return (f"two-pass (variant 5): gate/up and down on CUDA cores (x as f16 is {x_bytes} B, over the "
+                f"{X_STAGE_BYTES} B stage)")
+    h_bytes = T * K * (I + 8) * 4
+    if not envs.MMA_DOWN.enabled():
+        down = "down on CUDA cores (SMALLM_MMA_DOWN=0)"
+    elif I % 128 or I // 64 > DOWN_MMA_CHUNKS:
+        down = f"down on CUDA cores (I={I} over {64 * DOWN_MMA_CHUNKS})"
+    elif h_bytes > H_STAGE_MMA_BYTES:
+        down = f"down on CUDA cores (h as f16 halves is {h_bytes} B, over the {H_STAGE_MMA_BYTES} B stage)"
+    else:
+        down = "down on tensor cores"
+    return f"two-pass (variant 5): gate/up on tensor cores, {down}"
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     kind: str   # "cpu" | "cuda" | "rocm"

@@ -100,9 +100,13 @@ class MoeSelector:
             decision = Decision(f"fallback:{self.fallback_name}", "; ".join(reasons) or "no kernel provider registered")
         if len(self._cache) < 4096:
             self._cache[sig] = decision
-        log_once((call.shape_key(), decision.path),
-                 "sglang-smallm: layer %s %s E=%d D=%d I=%d K=%d tokens=%d -> %s (%s)%s",
+        plan = ""
+        if decision.path == "kernel:smallm-compiled":
+            plan = kernels.kernel_plan(kernels.device_info(call.x.device).arch, call.weight_format,
+                                       call.num_tokens, call.top_k, call.hidden, call.inter)
+        log_once((call.shape_key(), decision.path, plan),
+                 "sglang-smallm: layer %s %s E=%d D=%d I=%d K=%d tokens=%d -> %s (%s)%s%s",
                  call.layer_id, call.weight_format, call.num_experts, call.hidden, call.inter, call.top_k,
-                 call.num_tokens, decision.path, decision.reason,
+                 call.num_tokens, decision.path, decision.reason, f"; runs {plan}" if plan else "",
                  f"; {kernels.variant_note()}" if decision.path.startswith("kernel:") else "")
         return decision

@@ -161,3 +161,21 @@ def test_selftest_tokens_include_the_device_cap():
     assert selftest.default_tokens(tp4, "fp8_block128", "gfx950") == [1, 3, 8, 20]
     assert selftest.default_tokens(tp8, "mxfp4", "gfx950") == [1, 3, 8, 40]
     assert selftest.default_tokens(SHAPES["minimax-m3"], "fp8_block128", "sm_90") == [1, 3, 8, 48]  # cap 0: unmeasured
+
+
+def test_kernel_decision_log_names_the_kernels(fake_gpu, real_objects, caplog, monkeypatch):
+    """The first decision per shape logs which kernels the launcher runs, and why (kernel_plan)."""
+    import logging
+
+    from sglang_smallm_plugin import runner
+
+    layer, core, dispatch, qi = real_objects
+    monkeypatch.setattr(runner, "_logged", set())  # a fresh once-per-key record: this call logs
+    with caplog.at_level(logging.INFO):
+        d, _ = _decide(core, _with_tokens(dispatch, 2), qi, core.config)
+    assert d.path == "kernel:smallm-compiled", d.reason
+    line = next(r.getMessage() for r in caplog.records if "-> kernel:smallm-compiled" in r.getMessage())
+    if fake_gpu == "sm_90":
+        assert "runs two-pass (variant 5): gate/up on tensor cores, down on tensor cores" in line, line
+    else:
+        assert "runs block kernel (variant 0)" in line, line

@@ -1,0 +1,62 @@
+"""kernels.kernel_plan: the launcher's choice of kernels, mirrored in Python for the logs. Its
+constants are read from the C++ headers here, so the mirror cannot drift from them silently."""
+import re
+from pathlib import Path
+
+import pytest
+
+from sglang_smallm_plugin import kernels
+
+HIP = Path(__file__).resolve().parents[1] / "hip"
+
+
+def _cpp_const(name: str) -> int:
+    for f in HIP.glob("*.h"):
+        m = re.search(rf"constexpr int {name} = ([0-9 *]+);", f.read_text())
+        if m:
+            return eval(m.group(1))  # only digits, spaces and '*' (the regex)
+    raise AssertionError(f"{name} not found in hip/*.h")
+
+
+def test_constants_match_the_headers():
+    assert kernels.THREADS == _cpp_const("kThreads")
+    assert kernels.X_STAGE_BYTES == _cpp_const("kXStageBytes")
+    assert kernels.H_STAGE_MMA_BYTES == _cpp_const("kHStageMmaBytes")
+    assert kernels.DOWN_MMA_CHUNKS == _cpp_const("kDownMmaChunks")
+
+
+@pytest.fixture
+def env(monkeypatch):
+    for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize("T, K, I, expect", [
+    (1, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP4
+    (8, 11, 128, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP8 at its H200 cap
+    (8, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # h: 88 * 264 * 4 B fits 96 KB
+    (8, 12, 256, "down on CUDA cores (h as f16 halves is"),               # 96 * 264 * 4 B does not
+    (4, 8, 384, "down on CUDA cores (I=384 over 256)"),                   # Qwen3-235B-like
+    (9, 11, 256, "gate/up and down on CUDA cores (x as f16 is 73728 B"),  # x: 9 * 4096 * 2 B over 64 KB
+])
+def test_h200_fp8_plan(env, T, K, I, expect):
+    assert expect in kernels.kernel_plan("sm_90", "fp8_block128", T, K, 4096, I)
+
+
+def test_switches_and_other_targets(env):
+    assert "CUDA cores (no tensor-core path" in kernels.kernel_plan("sm_90", "mxfp4", 1, 11, 4096, 256)
+    assert kernels.kernel_plan("gfx950", "fp8_block128", 1, 11, 4096, 256) == "block kernel (variant 0)"
+    env.setenv("SMALLM_KERNEL_VARIANT", "5")
+    assert "CUDA cores (no tensor-core path" in kernels.kernel_plan("gfx950", "fp8_block128", 1, 11, 4096, 256)
+    env.setenv("SMALLM_KERNEL_VARIANT", "1")
+    assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256) == "block kernel (variant 1)"
+    assert kernels.kernel_plan("gfx950", "fp8_block128", 1, 11, 4096, 256) == "block kernel (variant 0)"  # 1: CUDA only
+    env.setenv("SMALLM_KERNEL_VARIANT", "")
+    env.setenv("SMALLM_MMA_DOWN", "0")
+    assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256).endswith("down on CUDA cores (SMALLM_MMA_DOWN=0)")
+    env.setenv("SMALLM_MMA", "0")
+    assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256).endswith("(SMALLM_MMA=0)")
+    # a row too wide for the two-pass gate/up (fp8 D > 8192): the block kernel
+    env.delenv("SMALLM_MMA")
+    assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 8, 16384, 256).startswith("block kernel (variant 1): D=16384")
