@@ -22,7 +22,7 @@ run mxfp4_default "" mxfp4
 run mxfp4_block "SMALLM_KERNEL_VARIANT=0" mxfp4
 stamp peer
 cd "$R"; timeout 150 env OUT=$OUT/peer bash .peer/run.sh --tokens $T > "$OUT/peer.log" 2>&1
-timeout 60 python3 .peer/readfloor.py > "$OUT/readfloor.log" 2>&1
+timeout 130 python3 .peer/readfloor.py > "$OUT/readfloor.log" 2>&1
 cd /tmp
 stamp gpu-tests
 timeout ${TEST_S:-170} python3 -m pytest -q -p no:cacheprovider "$R/tests/test_kernel_gpu.py" > "$OUT/gpu_pytest.log" 2>&1; tail -1 "$OUT/gpu_pytest.log"

@@ -62,7 +62,8 @@ def main(a) -> int:
     print(f"Gate decisions for D={a.hidden} I={a.inter} E={a.experts} K={a.top_k} {a.format} on {arch}"
           + ("" if a.arch or info.kind != "cpu" else " (no GPU here: showing MI355X)"))
     for t, eligible, reason in gate.decision_table(arch, a.format, a.hidden, a.inter, a.experts, a.top_k, tokens):
-        _line(f"tokens={t}", f"{'kernel  ' if eligible else 'fallback'}  {reason}")
+        plan = f"; runs {kernels.kernel_plan(arch, a.format, t, a.top_k, a.hidden, a.inter)}" if eligible else ""
+        _line(f"tokens={t}", f"{'kernel  ' if eligible else 'fallback'}  {reason}{plan}")
     print("Rules (in order; the first failing one is the recorded reason)")
     print("  " + ", ".join(r.name for r in gate.RULES))
     fmt = "triton" if arch.startswith("sm_") else "aiter"

@@ -31,6 +31,13 @@ def test_doctor():
 def test_doctor_decision_table_for_other_shapes():
     r = _cli("doctor", "--inter", "128", "--arch", "gfx950", "--tokens", "48,49")
     assert "tokens=48                    kernel" in r.stdout and "tokens=49                    fallback" in r.stdout
+    assert "cap 48 (crossover vs AITER measured upstream on MI355X); runs block kernel (variant 0)" in r.stdout
+
+
+def test_doctor_names_the_kernels_per_token_count():
+    r = _cli("doctor", "--inter", "128", "--arch", "sm_90", "--tokens", "8,9")
+    assert "tokens=8 " in r.stdout and "runs two-pass (variant 5): gate/up on tensor cores, down on tensor cores" in r.stdout
+    assert "tokens=9                     fallback  tokens: 9 tokens > cap 8" in r.stdout
 
 
 def test_doctor_flags_whitelist_exclusion():
