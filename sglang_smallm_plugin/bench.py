@@ -91,16 +91,27 @@ def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda
         ids = [torch.unique(c.topk_ids[(c.topk_ids >= 0) & (c.topk_ids < shape.experts)]).to(torch.int32) for c in calls]
         floor = time_read_floor(flats, ids, eb)
         roof = nbytes / bw * 1e6
+        plan = kernels.kernel_plan(arch, weight_format, t, shape.slots, shape.hidden, shape.inter)
         row = dict(shape=shape.name, format=weight_format, layout=layout, tokens=t, distinct=nd,
                    mbytes=nbytes / 1e6, kernel_us=us, roofline_us=roof, frac_roofline=roof / us,
-                   read_floor_us=floor, over_floor=us / floor, in_cap=t <= cap, fallback_us=None)
+                   read_floor_us=floor, over_floor=us / floor, in_cap=t <= cap, fallback_us=None, kernels=plan)
         rows.append(row)
         echo(f"{shape.name:14} {weight_format:12} {layout:12} T={t:3d} distinct={nd:6.1f} {nbytes / 1e6:8.1f} MB "
              f"kernel {us:7.1f} us  read floor {floor:7.1f} us ({us / floor:4.2f}x)  roofline {roof:7.1f} us  "
-             f"{roof / us:5.0%}{'' if t <= cap else '  (above cap)'}")
+             f"{roof / us:5.0%}{'' if t <= cap else '  (above cap)'}  [{plan}]")
     del weights, flats
     torch.cuda.empty_cache()
     return rows
+
+
+def write_csv(rows, path):
+    """rows (dicts with the same keys) as CSV; text fields are quoted where they hold commas."""
+    import csv
+
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else [])
+        w.writeheader()
+        w.writerows(rows)
 
 
 def plot(rows, path):
@@ -144,11 +155,7 @@ def run(shapes=("qwen35-tp4", "qwen35-tp8"), formats=(FP8_BLOCK128,), layouts=(R
                 torch=torch.__version__, copies=copies)
     with open(os.path.join(out_dir, "bench.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    with open(os.path.join(out_dir, "bench.csv"), "w") as f:
-        cols = list(rows[0]) if rows else []
-        f.write(",".join(cols) + "\n")
-        for r in rows:
-            f.write(",".join(str(r[c]) for c in cols) + "\n")
+    write_csv(rows, os.path.join(out_dir, "bench.csv"))
     plot(rows, os.path.join(out_dir, "bench.png"))
     echo("\n| shape | format | layout | T | distinct | MB | kernel µs | read floor µs | kernel / floor | roofline µs | of roofline |")
     echo("|---|---|---|---|---|---|---|---|---|---|---|")

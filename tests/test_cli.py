@@ -70,3 +70,19 @@ def test_isa_command(tmp_path):
     assert (tmp_path / "smallm_moe.gfx950.s").exists()
     assert "sort aiter compact" in r.stdout and "sort triton distributed" in r.stdout
     assert (tmp_path / "smallm_sort.gfx950.s").exists()
+
+
+def test_bench_csv_keeps_the_kernel_plan_in_one_column(tmp_path):
+    """bench.csv rows carry the kernel plan, which holds commas: it must stay one field."""
+    import csv
+
+    from sglang_smallm_plugin import bench, kernels
+
+    plan = kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256)
+    assert "," in plan
+    rows = [dict(shape="qwen35-tp4", tokens=1, kernel_us=22.4, kernels=plan),
+            dict(shape="qwen35-tp4", tokens=9, kernel_us=150.0, kernels=kernels.kernel_plan("sm_90", "fp8_block128", 9, 11, 4096, 256))]
+    bench.write_csv(rows, tmp_path / "b.csv")
+    back = list(csv.DictReader(open(tmp_path / "b.csv")))
+    assert [r["kernels"] for r in back] == [r["kernels"] for r in rows]
+    assert back[1]["tokens"] == "9" and float(back[0]["kernel_us"]) == 22.4
