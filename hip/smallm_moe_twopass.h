@@ -66,7 +66,9 @@ __host__ __device__ inline int down_rows(int I) {
 
 // Dynamic shared memory of the down kernel: y of every pair for the block's row-blocks, then h
 // when it fits kHStageBytes.
+// Row-blocks b, b + G, ... belong to block b: at most down_local_blocks per block, block b's own count.
 __host__ __device__ inline int down_local_blocks(int nrb, int G) { return (nrb + G - 1) / G; }
+__host__ __device__ inline int down_owned_blocks(int nrb, int G, int b) { return b < nrb ? (nrb - 1 - b) / G + 1 : 0; }
 __host__ __device__ inline bool down_stages_h(int N, int I) { return (long)N * I * 4 <= kHStageBytes; }
 __host__ __device__ inline int down_ys_floats(int N, int rb, int nloc) { return (nloc * N * rb + 3) / 4 * 4; }
 __host__ __device__ inline int down_smem_bytes(int N, int I, int rb, int nloc) {
@@ -188,6 +190,14 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_kernel(MoeArgs a) {
   run_jobs<Loads>(njobs, G, issue, nothing, compute);
 }
 
+// Power-of-two scale of a row staged as f16 (x in the tensor-core gate/up, h in the tensor-core
+// down): e with amax * 2^-e in [2^14, 2^15), clamped to e >= -100 (reference.quant._f16_stage_scale).
+SMALLM_DEV int f16_stage_exponent(float amax) {
+  const int e = (int)((__builtin_bit_cast(uint32_t, amax) >> 23) & 0xff) - 127 - 14;
+  return e < -100 ? -100 : e;
+}
+SMALLM_DEV float exp2_int(int e) { return __builtin_bit_cast(float, (127 + e) << 23); }  // 2^e, |e| <= 126
+
 // ------------------------------------------------------------------ gate/up on tensor cores (FP8, sm_89+)
 // Same jobs as smallm_gateup_kernel (4 gate + 4 up rows over all of K), computed as
 // C[pair, row] = sum_k A[pair, k] B[k, row] with mma.sync m16n8k16 (f16 in, fp32 accumulate):
@@ -307,13 +317,11 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
     }
     block_sync();
     for (int tok = t; tok < a.T; tok += kThreads) {
-      int e = ((xmax[tok] >> 23) & 0xff) - 127 - 14;
-      e = e < -100 ? -100 : e;
-      xmax[tok] = (127 + e) << 23;  // 2^e as float bits
+      xmax[tok] = __builtin_bit_cast(int, exp2_int(f16_stage_exponent(__builtin_bit_cast(float, xmax[tok]))));
     }
     block_sync();
     for (int tok = 0; tok < a.T; ++tok) {
-      const float inv = __builtin_bit_cast(float, (127 + 127 - ((xmax[tok] >> 23) & 0xff)) << 23);  // 2^-e
+      const float inv = exp2_int(127 - ((xmax[tok] >> 23) & 0xff));  // 2^-e
       for (int i = t; i < dv; i += kThreads) {
         const Vec16 v = load_cached(a.x + (size_t)tok * a.D + 8 * i);
         Vec16 o;
@@ -365,7 +373,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
   const int t = thread_id(), lane = lane_id(), w = t / kWarp;
   const int N = a.T * a.K, G = a.nblocks, b = block_id();
   const int rb = down_rows<Fmt>(a.I), nrb = a.D / rb;
-  const int nloc = b < nrb ? (nrb - 1 - b) / G + 1 : 0;  // row-blocks of this block
+  const int nloc = down_owned_blocks(nrb, G, b);
   const int nlmax = down_local_blocks(nrb, G);
   float* ys = dsm;
   const bool staged = down_stages_h(N, a.I);
@@ -476,8 +484,9 @@ __host__ __device__ inline int down_mma_hstride(int I) { return I + 8; }  // f16
 __host__ __device__ inline bool down_mma_fits(int N, int I) {
   return I % 128 == 0 && I / 64 <= kDownMmaChunks && (long)N * down_mma_hstride(I) * 4 <= kHStageMmaBytes;
 }
+__host__ __device__ inline int down_mma_exp_floats(int N) { return (N + 3) / 4 * 4; }  // 2^e_p per pair, 16-byte padded
 __host__ __device__ inline int down_mma_smem_bytes(int N, int I, int nloc) {
-  return down_ys_floats(N, kDownMmaRows, nloc) * 4 + (N + 3) / 4 * 16 + N * down_mma_hstride(I) * 4;
+  return down_ys_floats(N, kDownMmaRows, nloc) * 4 + down_mma_exp_floats(N) * 4 + N * down_mma_hstride(I) * 4;
 }
 
 struct DownMmaLoads {
@@ -495,11 +504,11 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
   const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
   const int N = a.T * a.K, G = a.nblocks, b = block_id();
   const int nrb = a.D / rb;
-  const int nloc = b < nrb ? (nrb - 1 - b) / G + 1 : 0;
+  const int nloc = down_owned_blocks(nrb, G, b);
   float* ys = dsm;
   float* hexp = ys + down_ys_floats(N, rb, down_local_blocks(nrb, G));
   const int hst = down_mma_hstride(a.I), nch = a.I / 64;
-  uint16_t* hhi = reinterpret_cast<uint16_t*>(hexp + (N + 3) / 4 * 4);
+  uint16_t* hhi = reinterpret_cast<uint16_t*>(hexp + down_mma_exp_floats(N));
   uint16_t* hlo = hhi + N * hst;
   build_routing(a, R);
   const int nd = R.nd, njobs = nloc * nd;
@@ -537,10 +546,9 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
       }
     }
     for (int o = 1; o < kWarp; o <<= 1) mx = fmaxf(mx, shfl_xor(mx, o));
-    int e = (int)((__builtin_bit_cast(uint32_t, mx) >> 23) & 0xff) - 127 - 14;
-    e = e < -100 ? -100 : e;
-    const float inv = __builtin_bit_cast(float, (127 - e) << 23);
-    if (lane == 0) hexp[p] = __builtin_bit_cast(float, (127 + e) << 23);
+    const int e = f16_stage_exponent(mx);
+    const float inv = exp2_int(-e);
+    if (lane == 0) hexp[p] = exp2_int(e);
 #pragma unroll
     for (int j = 0; j < kDownMmaChunks / 2; ++j) {
       if (128 * j < a.I) {

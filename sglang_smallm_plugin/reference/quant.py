@@ -136,16 +136,21 @@ def dequant_fp8_blockscale(w: torch.Tensor, scale: torch.Tensor, block: int = 12
 
 
 
+def _f16_stage_scale(rows: torch.Tensor) -> torch.Tensor:
+    """Per row (fp32) 2^e, e = exponent(max |row|) - 14 clamped to >= -100: the row's max times 2^-e
+    lies in [2^14, 2^15) (hip/smallm_moe_twopass.h f16_stage_exponent)."""
+    bits = rows.abs().amax(dim=1).view(torch.int32)
+    e = (((bits >> 23) & 0xFF) - 127 - 14).clamp(min=-100)
+    return torch.pow(2.0, e.float())
+
+
 def x_to_f16_per_token(x: torch.Tensor):
     """Model of the activations the FP8 tensor-core gate/up kernel stages (hip/smallm_moe_twopass.h):
     per token (row) e = exponent(max |x|) - 14, clamped to >= -100, so that max |x| * 2^-e lies in
     [2^14, 2^15); x * 2^-e rounded to f16. Returns (x16 [T, D] float16, scale [T] float32 = 2^e);
     x16 * scale reproduces x exactly wherever |x| >= 2^-28 max |x| (bf16 input)."""
     xf = x.float()
-    amax = xf.abs().amax(dim=1)
-    bits = amax.view(torch.int32)
-    e = (((bits >> 23) & 0xFF) - 127 - 14).clamp(min=-100)
-    scale = torch.pow(2.0, e.float())
+    scale = _f16_stage_scale(xf)
     return (xf / scale[:, None]).to(torch.float16), scale
 
 
@@ -155,10 +160,7 @@ def h_to_f16_hi_lo_per_pair(h: torch.Tensor):
     hi = f16(v), lo = f16(v - hi). Returns (hi, lo [P, I] float16, scale [P] float32 = 2^e);
     (hi + lo) * scale is within 2^-22 |h| + 2^-25 scale of h (22 significant bits), no overflow."""
     hf = h.float()
-    amax = hf.abs().amax(dim=1)
-    bits = amax.view(torch.int32)
-    e = (((bits >> 23) & 0xFF) - 127 - 14).clamp(min=-100)
-    scale = torch.pow(2.0, e.float())
+    scale = _f16_stage_scale(hf)
     v = hf / scale[:, None]
     hi = v.to(torch.float16)
     lo = (v - hi.float()).to(torch.float16)
