@@ -340,6 +340,12 @@ SMALLM_DEV float e8m0_to_f32(uint32_t b) {
   return __builtin_bit_cast(float, b << 23);
 }
 
+// 2^(b - 128) for an e8m0 byte b (half the scale it encodes); 255 -> NaN.
+SMALLM_DEV float e8m0_half_to_f32(uint32_t b) {
+  if (b == 255) return __builtin_bit_cast(float, 0x7fc00000u);
+  return __builtin_bit_cast(float, b >= 2 ? (b - 1) << 23 : 0x00200000u << b);
+}
+
 // Round to nearest integer, ties to even.
 SMALLM_DEV float frint_even(float v) {
 #if defined(SMALLM_HIP)
@@ -481,6 +487,31 @@ SMALLM_DEV float f16_to_f32(uint16_t h) {
   float r;
   asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(h));
   return r;
+}
+
+// Eight e2m1 values (a 32-bit word, value i in bits 4i..4i+3) -> four f16x2 words, exactly, each
+// value v as the f16 v * 2^-14 (the e2m1 sign, exponent and mantissa bits land in the f16 sign bit
+// and bits 9..11). Word j holds values j (low half) and j + 4 (high half): the k order the
+// tensor-core MXFP4 kernels use, with the other operand staged in the same order (values 0,4,1,5,..).
+SMALLM_DEV void e2m1x8_to_f16x2(uint32_t w, uint32_t (&p)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t v = w << (12 - 4 * j);  // value j at bits 12..15, value j + 4 at bits 28..31
+    p[j] = (v & 0x80008000u) | ((v >> 3) & 0x0e000e00u);
+  }
+}
+
+// f16x2 multiply, round to nearest even (exact for the power-of-two scales the MXFP4 kernels use).
+SMALLM_DEV uint32_t hmul2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
+// 2^f as f16 in both halves for f <= 15; 0 below the smallest normal f16 (f < -14).
+SMALLM_DEV uint32_t f16x2_pow2(int f) {
+  const uint32_t h = f < -14 ? 0u : (uint32_t)(f + 15) << 10;
+  return h | (h << 16);
 }
 
 // c += A(16x16, row) * B(16x8, col), f16 inputs, fp32 accumulation (mma.sync m16n8k16).

@@ -81,16 +81,20 @@ struct Format<kMxfp4> {
   // e8m0 per 32 values: one scale per vector. Shuffled weights come with scales in AITER's
   // e8m0_shuffle layout over the flattened [E*rows, kdim/32] matrix (columns padded to 8).
   template <int Layout>
-  SMALLM_DEV static float scale(const void* s, int e, int rows, int kdim, int row, int kvi) {
+  SMALLM_DEV static uint32_t scale_byte(const void* s, int e, int rows, int kdim, int row, int kvi) {
     const uint8_t* b = static_cast<const uint8_t*>(s);
     const unsigned cols = kdim / 32;
     const unsigned R = (unsigned)e * rows + row;  // scale tensors stay far below 2^32 bytes
-    if (Layout == kRowMajor) return e8m0_to_f32(b[R * cols + kvi]);
+    if (Layout == kRowMajor) return b[R * cols + kvi];
     const unsigned cp = (cols + 7) / 8 * 8;
     const unsigned k = kvi;
     const unsigned idx = (((((R >> 5) * (cp >> 3) + (k >> 3)) * 4 + (k & 3)) * 16 + (R & 15)) * 2 + ((k >> 2) & 1)) * 2 +
                          ((R >> 4) & 1);
-    return e8m0_to_f32(b[idx]);
+    return b[idx];
+  }
+  template <int Layout>
+  SMALLM_DEV static float scale(const void* s, int e, int rows, int kdim, int row, int kvi) {
+    return e8m0_to_f32(scale_byte<Layout>(s, e, rows, kdim, row, kvi));
   }
   SMALLM_DEV static float dot_bf16(const Vec16& w, const Vec16* x) { return dot32_fp4_bf16(w, x); }
   template <int P>
@@ -211,6 +215,7 @@ SMALLM_DEV void build_routing(const MoeArgs& a, Routing& R) {
 
 
 SMALLM_DEV int imin(int a, int b) { return a < b ? a : b; }
+SMALLM_DEV int imax(int a, int b) { return a > b ? a : b; }
 
 // ------------------------------------------------------------------ geometry
 struct Geometry {

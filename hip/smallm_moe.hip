@@ -19,12 +19,15 @@ SMALLM_TWOPASS(kMxfp4, kRowMajor)
 SMALLM_TWOPASS(kMxfp4, kShuffle16x16)
 #undef SMALLM_TWOPASS
 #if !defined(SMALLM_HIP)
-template __global__ void smallm_gateup_mma_kernel<kRowMajor, 4>(MoeArgs);
-template __global__ void smallm_gateup_mma_kernel<kRowMajor, 8>(MoeArgs);
-template __global__ void smallm_gateup_mma_kernel<kShuffle16x16, 4>(MoeArgs);
-template __global__ void smallm_gateup_mma_kernel<kShuffle16x16, 8>(MoeArgs);
-template __global__ void smallm_down_mma_kernel<kRowMajor>(MoeArgs);
-template __global__ void smallm_down_mma_kernel<kShuffle16x16>(MoeArgs);
+#define SMALLM_MMA(F, L)                                                  \
+  template __global__ void smallm_gateup_mma_kernel<F, L, 4>(MoeArgs); \
+  template __global__ void smallm_gateup_mma_kernel<F, L, 8>(MoeArgs); \
+  template __global__ void smallm_down_mma_kernel<F, L>(MoeArgs);
+SMALLM_MMA(kFp8Block128, kRowMajor)
+SMALLM_MMA(kFp8Block128, kShuffle16x16)
+SMALLM_MMA(kMxfp4, kRowMajor)
+SMALLM_MMA(kMxfp4, kShuffle16x16)
+#undef SMALLM_MMA
 template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 1>(MoeArgs);
@@ -164,11 +167,11 @@ int launch_down(const smallm::MoeArgs& a0, gpuStream_t stream) {
 }
 
 #if !defined(SMALLM_HIP)
-// FP8 down on tensor cores (smallm_down_mma_kernel): h staged as f16 halves in dynamic shared memory.
-template <int Layout>
+// Down on tensor cores (smallm_down_mma_kernel): h staged as f16 halves in dynamic shared memory.
+template <int Fmt, int Layout>
 int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
-  auto kernel = smallm_down_mma_kernel<Layout>;
+  auto kernel = smallm_down_mma_kernel<Fmt, Layout>;
   static Capacity table[kMaxDevices], table_smem[kMaxDevices];
   static int raised[kMaxDevices] = {0};
   int capacity = 0;
@@ -204,11 +207,11 @@ int launch_gateup(const smallm::MoeArgs& a0, gpuStream_t stream) {
 }
 
 #if !defined(SMALLM_HIP)
-// FP8 gate/up on tensor cores (smallm_gateup_mma_kernel): x staged as f16 in dynamic shared memory.
-template <int Layout, int kJ>
+// Gate/up on tensor cores (smallm_gateup_mma_kernel): x staged as f16 in dynamic shared memory.
+template <int Fmt, int Layout, int kJ>
 int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
-  auto kernel = smallm_gateup_mma_kernel<Layout, kJ>;
+  auto kernel = smallm_gateup_mma_kernel<Fmt, Layout, kJ>;
   static Capacity table[kMaxDevices];
   static int raised[kMaxDevices] = {0};
   int capacity = 0;
@@ -227,14 +230,15 @@ template <int Fmt, int Layout>
 int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   using namespace smallm;
 #if !defined(SMALLM_HIP)
-  // FP8 on tensor cores unless SMALLM_MMA=0 (A/B runs): gate/up when x fits its f16 stage, down when
-  // h fits its stage.
+  // FP8 and MXFP4 on tensor cores unless SMALLM_MMA=0 (A/B runs): gate/up when x fits its f16 stage,
+  // down when h fits its stage.
   static const bool mma = env_switch_on("SMALLM_MMA");
-  if (Fmt == kFp8Block128 && mma && gateup_mma_fits(a.T, a.D)) {
-    const int err = a.D / 64 <= 4 * kWarps ? launch_gateup_mma<Layout, 4>(a, stream) : launch_gateup_mma<Layout, 8>(a, stream);
+  if (mma && gateup_mma_fits<Fmt>(a.T, a.D)) {
+    const int err = a.D / mma_step_values<Fmt>() <= 4 * kWarps ? launch_gateup_mma<Fmt, Layout, 4>(a, stream)
+                                                                : launch_gateup_mma<Fmt, Layout, 8>(a, stream);
     if (err) return err;
     static const bool mma_down = env_switch_on("SMALLM_MMA_DOWN");  // 0: down on CUDA cores (A/B runs)
-    if (mma_down && down_mma_fits(a.T * a.K, a.I)) return launch_down_mma<Layout>(a, stream);
+    if (mma_down && down_mma_fits<Fmt>(a.T * a.K, a.I)) return launch_down_mma<Fmt, Layout>(a, stream);
     return launch_down<Fmt, Layout>(a, stream);
   }
 #endif

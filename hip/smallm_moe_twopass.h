@@ -198,31 +198,69 @@ SMALLM_DEV int f16_stage_exponent(float amax) {
 }
 SMALLM_DEV float exp2_int(int e) { return __builtin_bit_cast(float, (127 + e) << 23); }  // 2^e, |e| <= 126
 
-// ------------------------------------------------------------------ gate/up on tensor cores (FP8, sm_89+)
+// ------------------------------------------------------------------ gate/up on tensor cores (sm_89+)
 // Same jobs as smallm_gateup_kernel (4 gate + 4 up rows over all of K), computed as
 // C[pair, row] = sum_k A[pair, k] B[k, row] with mma.sync m16n8k16 (f16 in, fp32 accumulate):
-//   B = the weights: e4m3 -> f16 is exact (one conversion per two weights);
+//   B = the weights as f16: FP8 e4m3 -> f16 is exact (one conversion per two weights); MXFP4 below.
 //   A = x as f16, scaled per token by 2^-e_t so that max|x_t| lands in [2^14, 2^15) (bf16 -> f16 is
 //       then exact for every value above 2^-14 of the scaled range; smaller ones, below 2^-28 of the
 //       token's largest, round to f16 subnormals), staged once per block in shared memory;
-//   2^e_t is applied with the block scales at the end.
-// Lane l = (g = l/4, q = l%4) holds, for step s (vectors 4s..4s+3 of every row: one 128-wide scale
-// block), vector 4s+q of job row g; MMA i of the step takes its bytes 4i..4i+3 as the k values of
-// slots 2q, 2q+1, 2q+8, 2q+9 (the dot product does not depend on the order of k as long as x takes
-// the same order). Warp w takes steps w, w+8, ...; kJ steps at most per warp.
+//   2^e_t is applied with the weight scales at the end.
+// Lane l = (g = l/4, q = l%4) holds, for step s (vectors 4s..4s+3 of every row: 64 values of K for
+// FP8, inside one 128-wide scale block; 128 for MXFP4), vector 4s+q of job row g. FP8: MMA i of the
+// step takes its bytes 4i..4i+3 as the k values of slots 2q, 2q+1, 2q+8, 2q+9. MXFP4: MMAs 2i and
+// 2i+1 take its word i (8 values, e2m1x8_to_f16x2: slots 2q, 2q+1 = values 0, 4, then 1, 5; 2, 6;
+// 3, 7), and x is staged in that order (mxfp4_mma_order). The dot product does not depend on the order
+// of k as long as x takes the same order. Warp w takes steps w, w+8, ...; kJ steps at most per warp.
+//
+// MXFP4 scales on tensor cores (both kernels): a lane's vector has its own e8m0 scale s; the quad's
+// four vectors of one row and step have the largest R. The lane multiplies its decoded values (v 2^-14,
+// exact) by 2^(s - R + 15) in f16, exact while R - s <= 24 (smaller blocks round to f16 subnormals or
+// zero: reference.quant.mxfp4_tensor_core_weights models it); the step's MMA sums take 2^(R - 128)
+// in fp32.
 constexpr int kMmaPairs = 8;                 // pairs per MMA pass (rows g of A; rows g+8 stay zero)
 constexpr int kXStageBytes = 64 * 1024;      // x staged as f16 when T * D * 2 fits
 
-// x fits the f16 stage, and every warp takes at most 8 steps of 64 values of K.
+// Values of K per step (4 lanes x one 16-byte vector): 64 FP8, 128 MXFP4.
+template <int Fmt>
+__host__ __device__ constexpr int mma_step_values() { return 4 * Format<Fmt>::kElems; }
+
+// x fits the f16 stage, and every warp takes at most 8 steps.
+template <int Fmt>
 __host__ __device__ inline bool gateup_mma_fits(int T, int D) {
-  return (long)T * D * 2 <= kXStageBytes && D % 64 == 0 && D / 64 <= 8 * kWarps;
+  constexpr int sv = mma_step_values<Fmt>();
+  return (long)T * D * 2 <= kXStageBytes && D % sv == 0 && D / sv <= 8 * kWarps;
 }
 
-template <int Layout, int kJ>
+#if defined(SMALLM_MMA_F16)
+SMALLM_DEV int quad_max(int v) {  // max over the 4 lanes of a quad (one row's vectors of a step)
+  v = imax(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return imax(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+// Eight f16 of a staged row (x or h) in MXFP4 k order: word j = values j, j + 4 (e2m1x8_to_f16x2).
+SMALLM_DEV Vec16 mxfp4_mma_order(const uint16_t (&h)[8]) {
+  Vec16 o;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) o.w[j] = (uint32_t)h[j] | ((uint32_t)h[j + 4] << 16);
+  return o;
+}
+#endif
+
+template <int kJ>
+struct GateUpMmaLoads {
+  Vec16 v[kJ];
+  float s[kJ];     // FP8: block scale of the lane's C columns
+  uint32_t b[kJ];  // MXFP4: e8m0 byte of the lane's own vector
+};
+
+template <int Fmt, int Layout, int kJ>
 __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
 #if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
-  using F = Format<kFp8Block128>;
-  using Loads = GateUpLoads<kJ>;
+  using F = Format<Fmt>;
+  constexpr bool kFp4 = Fmt == kMxfp4;
+  constexpr int kSv = mma_step_values<Fmt>();
+  using Loads = GateUpMmaLoads<kJ>;
   extern __shared__ __attribute__((aligned(16))) uint16_t xs[];  // [T][D] f16, x * 2^-e_t
   __shared__ Routing R;
   __shared__ float red[2][kWarps][kMmaPairs][8];
@@ -232,7 +270,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
   for (int tok = t; tok < a.T; tok += kThreads) xmax[tok] = 0;
   build_routing(a, R);  // ends with a barrier
   const int tiles = a.I / 4, njobs = R.nd * tiles, G = a.nblocks;
-  const int rowb = a.D, nsteps = a.D / 64;
+  const int rowb = a.D / F::kRowBytesDiv, nsteps = a.D / kSv;
   auto issue = [&](int job, Loads& L) {
     const int u = job / tiles, tile = job - u * tiles;
     const int row = (g < 4 ? 0 : a.I) + 4 * tile + (g & 3);                // B column g
@@ -244,7 +282,10 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
       const int st = w + kWarps * j;
       if (st < nsteps) {
         L.v[j] = load_weights(wb + vec_offset<Layout>(row, 4 * st + q, rowb));
-        L.s[j] = F::template scale<Layout>(a.s13, e, 2 * a.I, a.D, rowc, 4 * st);
+        if constexpr (kFp4)
+          L.b[j] = F::template scale_byte<Layout>(a.s13, e, 2 * a.I, a.D, row, 4 * st + q);
+        else
+          L.s[j] = F::template scale<Layout>(a.s13, e, 2 * a.I, a.D, rowc, 4 * st);
       }
     }
   };
@@ -255,27 +296,44 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
     for (int m0 = 0; m0 < M; m0 += kMmaPairs) {
       const int mc = imin(kMmaPairs, M - m0);
       const bool live = g < mc;
-      const uint16_t* xr = xs + (size_t)(R.plist[beg + m0 + (live ? g : 0)] / a.K) * a.D + q * 16;
+      const uint16_t* xr = xs + (size_t)(R.plist[beg + m0 + (live ? g : 0)] / a.K) * a.D + q * F::kElems;
       float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int j = 0; j < kJ; ++j) {
         const int st = w + kWarps * j;
         if (st < nsteps) {
           opaque(L.v[j]);
-          Vec16 x0{}, x1{};
-          if (live) {
-            x0 = *reinterpret_cast<const Vec16*>(xr + st * 64);
-            x1 = *reinterpret_cast<const Vec16*>(xr + st * 64 + 8);
-          }
           float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          if constexpr (kFp4) {
+            const int rmax = quad_max((int)L.b[j]);  // R of row g (this quad)
+            const uint32_t fac = f16x2_pow2((int)L.b[j] - rmax + 15);
+            const int r0 = __shfl_sync(0xffffffffu, rmax, 8 * q), r1 = __shfl_sync(0xffffffffu, rmax, 8 * q + 4);
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const uint32_t a0 = i < 2 ? x0.w[2 * i] : x1.w[2 * i - 4];
-            const uint32_t a2 = i < 2 ? x0.w[2 * i + 1] : x1.w[2 * i - 3];
-            mma_f16_16x8x16(cs, a0, 0u, a2, 0u, e4m3x2_to_f16x2(L.v[j].w[i]), e4m3x2_to_f16x2(L.v[j].w[i] >> 16));
+            for (int i = 0; i < 4; ++i) {
+              Vec16 xv{};
+              if (live) xv = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8 * i);
+              uint32_t p[4];
+              e2m1x8_to_f16x2(L.v[j].w[i], p);
+              mma_f16_16x8x16(cs, xv.w[0], 0u, xv.w[1], 0u, hmul2(p[0], fac), hmul2(p[1], fac));
+              mma_f16_16x8x16(cs, xv.w[2], 0u, xv.w[3], 0u, hmul2(p[2], fac), hmul2(p[3], fac));
+            }
+            c[0] = ffma(e8m0_half_to_f32(r0), cs[0], c[0]);  // C columns 2q, 2q+1: rows of quads 2q, 2q+1
+            c[1] = ffma(e8m0_half_to_f32(r1), cs[1], c[1]);
+          } else {
+            Vec16 x0{}, x1{};
+            if (live) {
+              x0 = *reinterpret_cast<const Vec16*>(xr + st * kSv);
+              x1 = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const uint32_t a0 = i < 2 ? x0.w[2 * i] : x1.w[2 * i - 4];
+              const uint32_t a2 = i < 2 ? x0.w[2 * i + 1] : x1.w[2 * i - 3];
+              mma_f16_16x8x16(cs, a0, 0u, a2, 0u, e4m3x2_to_f16x2(L.v[j].w[i]), e4m3x2_to_f16x2(L.v[j].w[i] >> 16));
+            }
+            c[0] = ffma(L.s[j], cs[0], c[0]);
+            c[1] = ffma(L.s[j], cs[1], c[1]);
           }
-          c[0] = ffma(L.s[j], cs[0], c[0]);
-          c[1] = ffma(L.s[j], cs[1], c[1]);
         }
       }
       // c[0], c[1]: pair g, rows 2q, 2q+1 of the job (0-3 gate, 4-7 up); c[2], c[3] (pairs g+8) are zero.
@@ -303,7 +361,8 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
   // After the first jobs' weight loads are issued (their latency covers this):
   auto stage_x = [&] {
     // x -> f16 * 2^-e_t in shared memory: per token, the max |x| (16-byte loads, warp reduction, one
-    // shared atomic per warp), then 2^e_t with max|x| * 2^-e_t in [2^14, 2^15), then the scaled copy.
+    // shared atomic per warp), then 2^e_t with max|x| * 2^-e_t in [2^14, 2^15), then the scaled copy
+    // (for MXFP4 every 8 values in mxfp4_mma_order).
     const int dv = a.D / 8;  // 16-byte vectors per token row
     for (int tok = 0; tok < a.T; ++tok) {
       float mx = 0.0f;
@@ -324,10 +383,19 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
       const float inv = exp2_int(127 - ((xmax[tok] >> 23) & 0xff));  // 2^-e
       for (int i = t; i < dv; i += kThreads) {
         const Vec16 v = load_cached(a.x + (size_t)tok * a.D + 8 * i);
-        Vec16 o;
+        uint16_t hv[8];
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-          o.w[k] = (uint32_t)f32_to_f16(bf16_lo(v.w[k]) * inv) | ((uint32_t)f32_to_f16(bf16_hi(v.w[k]) * inv) << 16);
+        for (int k = 0; k < 4; ++k) {
+          hv[2 * k] = f32_to_f16(bf16_lo(v.w[k]) * inv);
+          hv[2 * k + 1] = f32_to_f16(bf16_hi(v.w[k]) * inv);
+        }
+        Vec16 o;
+        if constexpr (kFp4) {
+          o = mxfp4_mma_order(hv);
+        } else {
+#pragma unroll
+          for (int k = 0; k < 4; ++k) o.w[k] = (uint32_t)hv[2 * k] | ((uint32_t)hv[2 * k + 1] << 16);
+        }
         *reinterpret_cast<Vec16*>(xs + (size_t)tok * a.D + 8 * i) = o;
       }
     }
@@ -463,26 +531,30 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
   slot_sums(a, R, ys, nloc, rb);
 }
 
-// ------------------------------------------------------------------ down on tensor cores (FP8, sm_89+)
+// ------------------------------------------------------------------ down on tensor cores (sm_89+)
 // Same row-block ownership and slot sums as smallm_down_kernel; a warp job is 16 output rows of one
 // distinct expert over all of I, computed as C[row, pair] = sum_k W2[row, k] h[pair, k] with
 // mma.sync m16n8k16 (f16 in, fp32 accumulate), 8 pairs per pass:
-//   A = W2: e4m3 -> f16 exact. Lane l = (g = l/4, q = l%4) holds bytes 16q..16q+15 of every 64-wide
-//       chunk c of rows g and g+8; MMA i of a chunk takes bytes 4i..4i+3 as the k slots 2q, 2q+1,
-//       2q+8, 2q+9 (the same slot order as the gate/up kernel; h takes the same order).
-//   B = h of the pair g, staged once per block in shared memory as two f16 halves, hi = f16(h s_p)
-//       and lo = f16(h s_p - hi), s_p = 2^-e_p putting the pair's max |h| in [2^14, 2^15): the pair
-//       hi + lo carries 22 significant bits, every value above 2^-38 of the pair's largest; the two
-//       MMAs (hi, lo) accumulate in fp32. 2^e_p and the 128x128 block scales are applied to C.
+//   A = W2 as f16. Lane l = (g = l/4, q = l%4) holds vector 4c+q of every chunk c (64 values of I for
+//       FP8, 128 for MXFP4) of rows g and g+8. FP8: e4m3 -> f16 exact, MMA i of a chunk takes bytes
+//       4i..4i+3 as the k slots 2q, 2q+1, 2q+8, 2q+9. MXFP4: MMAs 2i, 2i+1 take word i in
+//       e2m1x8_to_f16x2 order, the values scaled in f16 relative to their quad's largest e8m0 (the
+//       gate/up kernel's comment; R per row and chunk), 2^(R - 128) applied to the chunk's sums.
+//   B = h of the pair g in the same k order, staged once per block in shared memory as two f16
+//       halves, hi = f16(h s_p) and lo = f16(h s_p - hi), s_p = 2^-e_p putting the pair's max |h| in
+//       [2^14, 2^15): the pair hi + lo carries 22 significant bits, every value above 2^-38 of the
+//       pair's largest; the two MMAs (hi, lo) accumulate in fp32. 2^e_p and the weight scales (FP8:
+//       the 128x128 block scales) are applied to C.
 // Each warp keeps two jobs' W2 in alternating register sets; the first two are loaded before the
 // wait for the gate/up kernel.
 constexpr int kDownMmaRows = 16;           // output rows per row-block (one MMA tile)
-constexpr int kDownMmaChunks = 4;          // 64-wide chunks of I per job: I <= 256
+constexpr int kDownMmaChunks = 4;          // chunks of I per job: I <= 256 (FP8), 512 (MXFP4)
 constexpr int kHStageMmaBytes = 96 * 1024; // staged h (hi and lo halves)
 
 __host__ __device__ inline int down_mma_hstride(int I) { return I + 8; }  // f16 per pair row (padded: no bank conflicts)
+template <int Fmt>
 __host__ __device__ inline bool down_mma_fits(int N, int I) {
-  return I % 128 == 0 && I / 64 <= kDownMmaChunks && (long)N * down_mma_hstride(I) * 4 <= kHStageMmaBytes;
+  return I % 128 == 0 && I / mma_step_values<Fmt>() <= kDownMmaChunks && (long)N * down_mma_hstride(I) * 4 <= kHStageMmaBytes;
 }
 __host__ __device__ inline int down_mma_exp_floats(int N) { return (N + 3) / 4 * 4; }  // 2^e_p per pair, 16-byte padded
 __host__ __device__ inline int down_mma_smem_bytes(int N, int I, int nloc) {
@@ -490,14 +562,17 @@ __host__ __device__ inline int down_mma_smem_bytes(int N, int I, int nloc) {
 }
 
 struct DownMmaLoads {
-  Vec16 v[2][kDownMmaChunks];  // rows g, g+8 x chunks
-  float s[kDownMmaChunks / 2]; // block scale per 128-wide k block
+  Vec16 v[2][kDownMmaChunks];     // rows g, g+8 x chunks
+  float s[kDownMmaChunks / 2];    // FP8: block scale per 128-wide k block
+  uint32_t b[2];                  // MXFP4: e8m0 bytes of the lane's vectors, rows g, g+8 (byte c: chunk c)
 };
 
-template <int Layout>
+template <int Fmt, int Layout>
 __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
 #if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
-  using F = Format<kFp8Block128>;
+  using F = Format<Fmt>;
+  constexpr bool kFp4 = Fmt == kMxfp4;
+  constexpr int kCv = mma_step_values<Fmt>();  // values of I per chunk
   constexpr int rb = kDownMmaRows;
   extern __shared__ __attribute__((aligned(16))) float dsm[];  // ys [nloc][T*K][16], 2^e_p [T*K], h hi, h lo
   __shared__ Routing R;
@@ -507,7 +582,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
   const int nloc = down_owned_blocks(nrb, G, b);
   float* ys = dsm;
   float* hexp = ys + down_ys_floats(N, rb, down_local_blocks(nrb, G));
-  const int hst = down_mma_hstride(a.I), nch = a.I / 64;
+  const int hst = down_mma_hstride(a.I), nch = a.I / kCv, rowb2 = a.I / F::kRowBytesDiv;
   uint16_t* hhi = reinterpret_cast<uint16_t*>(hexp + down_mma_exp_floats(N));
   uint16_t* hlo = hhi + N * hst;
   build_routing(a, R);
@@ -515,34 +590,57 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
   auto issue = [&](int jj, DownMmaLoads& L) {
     const int i = jj / nd, u = jj - i * nd;
     const int row0 = (b + G * i) * rb, e = R.id[R.ulead[u]];
-    const uint8_t* wb = a.w2 + (size_t)e * a.D * a.I;
+    const uint8_t* wb = a.w2 + (size_t)e * a.D * rowb2;
 #pragma unroll
     for (int c = 0; c < kDownMmaChunks; ++c) {
       if (c < nch) {
-        L.v[0][c] = load_weights(wb + vec_offset<Layout>(row0 + g, 4 * c + q, a.I));
-        L.v[1][c] = load_weights(wb + vec_offset<Layout>(row0 + g + 8, 4 * c + q, a.I));
+        L.v[0][c] = load_weights(wb + vec_offset<Layout>(row0 + g, 4 * c + q, rowb2));
+        L.v[1][c] = load_weights(wb + vec_offset<Layout>(row0 + g + 8, 4 * c + q, rowb2));
       }
     }
+    if constexpr (kFp4) {
+      static_assert(kDownMmaChunks <= 4, "one byte per chunk in a 32-bit word");
+      L.b[0] = L.b[1] = 0;
 #pragma unroll
-    for (int kb = 0; kb < kDownMmaChunks / 2; ++kb)
-      if (2 * kb < nch) L.s[kb] = F::template scale<Layout>(a.s2, e, a.D, a.I, row0, 8 * kb);
+      for (int c = 0; c < kDownMmaChunks; ++c) {
+        if (c < nch) {
+          L.b[0] |= F::template scale_byte<Layout>(a.s2, e, a.D, a.I, row0 + g, 4 * c + q) << (8 * c);
+          L.b[1] |= F::template scale_byte<Layout>(a.s2, e, a.D, a.I, row0 + g + 8, 4 * c + q) << (8 * c);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int kb = 0; kb < kDownMmaChunks / 2; ++kb)
+        if (2 * kb < nch) L.s[kb] = F::template scale<Layout>(a.s2, e, a.D, a.I, row0, 8 * kb);
+    }
   };
   DownMmaLoads p0, p1;
   if (w < njobs) issue(w, p0);
   if (w + kWarps < njobs) issue(w + kWarps, p1);
   grid_dependency_wait();  // h comes from the gate/up kernel (and out may alias what it reads)
   // h -> hi/lo f16 halves, pair p (warp w takes p = w, w + 8, ...) scaled by 2^-e_p. Pairs without a
-  // valid expert have no h and are never read.
+  // valid expert have no h and are never read. FP8: the lane takes values 128j + 4 lane + [0, 4);
+  // MXFP4: 256j + 8 lane + [0, 8), stored in mxfp4_mma_order.
+  constexpr int kLv = kFp4 ? 8 : 4, kPass = kWarp * kLv;  // values per lane and pass; values per pass
+  constexpr int kPasses = kDownMmaChunks * kCv / kPass;
   for (int p = w; p < N; p += kWarps) {
     if (R.id[p] < 0) continue;
     const float* hp = a.h + (size_t)p * a.I;
-    float4 v[kDownMmaChunks / 2];
+    float v[kPasses][kLv];
     float mx = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kDownMmaChunks / 2; ++j) {
-      if (128 * j < a.I) {
-        v[j] = load_coherent4(hp + 128 * j + 4 * lane);
-        mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w))));
+    for (int j = 0; j < kPasses; ++j) {
+      if (kPass * j + kLv * lane < a.I) {
+#pragma unroll
+        for (int z = 0; z < kLv / 4; ++z) {
+          const float4 f = load_coherent4(hp + kPass * j + kLv * lane + 4 * z);
+          v[j][4 * z] = f.x;
+          v[j][4 * z + 1] = f.y;
+          v[j][4 * z + 2] = f.z;
+          v[j][4 * z + 3] = f.w;
+        }
+#pragma unroll
+        for (int k = 0; k < kLv; ++k) mx = fmaxf(mx, fabsf(v[j][k]));
       }
     }
     for (int o = 1; o < kWarp; o <<= 1) mx = fmaxf(mx, shfl_xor(mx, o));
@@ -550,18 +648,23 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
     const float inv = exp2_int(-e);
     if (lane == 0) hexp[p] = exp2_int(e);
 #pragma unroll
-    for (int j = 0; j < kDownMmaChunks / 2; ++j) {
-      if (128 * j < a.I) {
-        const float f[4] = {v[j].x * inv, v[j].y * inv, v[j].z * inv, v[j].w * inv};
-        uint16_t hi[4], lo[4];
+    for (int j = 0; j < kPasses; ++j) {
+      if (kPass * j + kLv * lane < a.I) {
+        uint16_t hi[kLv], lo[kLv];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          hi[k] = f32_to_f16(f[k]);
-          lo[k] = f32_to_f16(f[k] - f16_to_f32(hi[k]));
+        for (int k = 0; k < kLv; ++k) {
+          const float f = v[j][k] * inv;
+          hi[k] = f32_to_f16(f);
+          lo[k] = f32_to_f16(f - f16_to_f32(hi[k]));
         }
-        const int at = p * hst + 128 * j + 4 * lane;
-        *reinterpret_cast<uint2*>(hhi + at) = make_uint2(hi[0] | ((uint32_t)hi[1] << 16), hi[2] | ((uint32_t)hi[3] << 16));
-        *reinterpret_cast<uint2*>(hlo + at) = make_uint2(lo[0] | ((uint32_t)lo[1] << 16), lo[2] | ((uint32_t)lo[3] << 16));
+        const int at = p * hst + kPass * j + kLv * lane;
+        if constexpr (kFp4) {
+          *reinterpret_cast<Vec16*>(hhi + at) = mxfp4_mma_order(hi);
+          *reinterpret_cast<Vec16*>(hlo + at) = mxfp4_mma_order(lo);
+        } else {
+          *reinterpret_cast<uint2*>(hhi + at) = make_uint2(hi[0] | ((uint32_t)hi[1] << 16), hi[2] | ((uint32_t)hi[3] << 16));
+          *reinterpret_cast<uint2*>(hlo + at) = make_uint2(lo[0] | ((uint32_t)lo[1] << 16), lo[2] | ((uint32_t)lo[3] << 16));
+        }
       }
     }
   }
@@ -572,37 +675,74 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
     for (int m0 = 0; m0 < M; m0 += kMmaPairs) {
       const int mc = imin(kMmaPairs, M - m0);
       const bool live = g < mc;
-      const int at = R.plist[beg + m0 + (live ? g : 0)] * hst + 16 * q;
+      const int at = R.plist[beg + m0 + (live ? g : 0)] * hst + F::kElems * q;
       float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if constexpr (kFp4) {
 #pragma unroll
-      for (int kb = 0; kb < kDownMmaChunks / 2; ++kb) {
-        if (2 * kb < nch) {
-          float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-          for (int cc = 0; cc < 2; ++cc) {
-            const int ch = 2 * kb + cc;
+        for (int ch = 0; ch < kDownMmaChunks; ++ch) {
+          if (ch < nch) {
             opaque(L.v[0][ch]);
             opaque(L.v[1][ch]);
-            Vec16 bh[2] = {}, bl[2] = {};
-            if (live) {
+            const int s0 = (L.b[0] >> (8 * ch)) & 0xff, s1 = (L.b[1] >> (8 * ch)) & 0xff;
+            const int r0 = quad_max(s0), r1 = quad_max(s1);  // R of rows g, g+8
+            const uint32_t f0 = f16x2_pow2(s0 - r0 + 15), f1 = f16x2_pow2(s1 - r1 + 15);
+            float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int wi = 0; wi < 4; ++wi) {
+              Vec16 bh{}, bl{};
+              if (live) {
+                bh = *reinterpret_cast<const Vec16*>(hhi + at + kCv * ch + 8 * wi);
+                bl = *reinterpret_cast<const Vec16*>(hlo + at + kCv * ch + 8 * wi);
+              }
+              uint32_t pa[4], pb[4];
+              e2m1x8_to_f16x2(L.v[0][ch].w[wi], pa);
+              e2m1x8_to_f16x2(L.v[1][ch].w[wi], pb);
 #pragma unroll
               for (int z = 0; z < 2; ++z) {
-                bh[z] = *reinterpret_cast<const Vec16*>(hhi + at + 64 * ch + 8 * z);
-                bl[z] = *reinterpret_cast<const Vec16*>(hlo + at + 64 * ch + 8 * z);
+                const uint32_t a0 = hmul2(pa[2 * z], f0), a2 = hmul2(pa[2 * z + 1], f0);
+                const uint32_t a1 = hmul2(pb[2 * z], f1), a3 = hmul2(pb[2 * z + 1], f1);
+                mma_f16_16x8x16(cs, a0, a1, a2, a3, bh.w[2 * z], bh.w[2 * z + 1]);
+                mma_f16_16x8x16(cs, a0, a1, a2, a3, bl.w[2 * z], bl.w[2 * z + 1]);
+              }
+            }
+            const float m0s = e8m0_half_to_f32(r0), m1s = e8m0_half_to_f32(r1);
+            c[0] = ffma(m0s, cs[0], c[0]);
+            c[1] = ffma(m0s, cs[1], c[1]);
+            c[2] = ffma(m1s, cs[2], c[2]);
+            c[3] = ffma(m1s, cs[3], c[3]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int kb = 0; kb < kDownMmaChunks / 2; ++kb) {
+          if (2 * kb < nch) {
+            float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int cc = 0; cc < 2; ++cc) {
+              const int ch = 2 * kb + cc;
+              opaque(L.v[0][ch]);
+              opaque(L.v[1][ch]);
+              Vec16 bh[2] = {}, bl[2] = {};
+              if (live) {
+#pragma unroll
+                for (int z = 0; z < 2; ++z) {
+                  bh[z] = *reinterpret_cast<const Vec16*>(hhi + at + kCv * ch + 8 * z);
+                  bl[z] = *reinterpret_cast<const Vec16*>(hlo + at + kCv * ch + 8 * z);
+                }
+              }
+#pragma unroll
+              for (int mi = 0; mi < 4; ++mi) {
+                const uint32_t wg = L.v[0][ch].w[mi], wg8 = L.v[1][ch].w[mi];
+                const uint32_t a0 = e4m3x2_to_f16x2(wg), a2 = e4m3x2_to_f16x2(wg >> 16);
+                const uint32_t a1 = e4m3x2_to_f16x2(wg8), a3 = e4m3x2_to_f16x2(wg8 >> 16);
+                const int z = mi / 2, wd = 2 * (mi % 2);  // h values 4mi..4mi+3: words 2mi, 2mi+1
+                mma_f16_16x8x16(cs, a0, a1, a2, a3, bh[z].w[wd], bh[z].w[wd + 1]);
+                mma_f16_16x8x16(cs, a0, a1, a2, a3, bl[z].w[wd], bl[z].w[wd + 1]);
               }
             }
 #pragma unroll
-            for (int mi = 0; mi < 4; ++mi) {
-              const uint32_t wg = L.v[0][ch].w[mi], wg8 = L.v[1][ch].w[mi];
-              const uint32_t a0 = e4m3x2_to_f16x2(wg), a2 = e4m3x2_to_f16x2(wg >> 16);
-              const uint32_t a1 = e4m3x2_to_f16x2(wg8), a3 = e4m3x2_to_f16x2(wg8 >> 16);
-              const int z = mi / 2, wd = 2 * (mi % 2);  // h values 4mi..4mi+3: words 2mi, 2mi+1
-              mma_f16_16x8x16(cs, a0, a1, a2, a3, bh[z].w[wd], bh[z].w[wd + 1]);
-              mma_f16_16x8x16(cs, a0, a1, a2, a3, bl[z].w[wd], bl[z].w[wd + 1]);
-            }
+            for (int r = 0; r < 4; ++r) c[r] = ffma(L.s[kb], cs[r], c[r]);
           }
-#pragma unroll
-          for (int r = 0; r < 4; ++r) c[r] = ffma(L.s[kb], cs[r], c[r]);
         }
       }
       // c[0], c[1]: row g, pairs m0 + 2q, m0 + 2q + 1; c[2], c[3]: row g + 8, the same pairs.

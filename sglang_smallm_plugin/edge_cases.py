@@ -1,6 +1,7 @@
 """Inputs at the edges of what the MoE kernels accept, checked against the reference on the GPU
 (`sglang-smallm selftest --what edge`): activation ranges that f16 alone could not hold (the FP8
-gate/up on tensor cores scales x per token), routings with invalid ids, a token with no valid slot
+gate/up on tensor cores scales x per token), weight scales far apart inside a row (the MXFP4
+tensor-core path holds weights in f16 relative to the largest scale of each 128 values), routings with invalid ids, a token with no valid slot
 (its output row must be exactly zero), one expert taking many pairs of a call (pair chunking), and
 a routed scaling factor. Each case is a rule as data: a name, why it matters, and how it changes a
 normal call.
@@ -53,6 +54,22 @@ def _crowded_expert(call):
     return dataclasses.replace(call, topk_ids=ids)
 
 
+def _wide_scales(call):
+    """Weight scales 2^0..2^-32 apart inside a row: FP8 block scales times 2^-n, MXFP4 e8m0 bytes
+    minus n (the tensor-core MXFP4 path holds a 128-value step in f16 relative to its largest
+    scale: exact to 2^-24 apart, below that f16 subnormals or zero)."""
+    g = torch.Generator(device=call.x.device).manual_seed(int(call.topk_ids.sum()))
+    out = {}
+    for name in ("w13_scale", "w2_scale"):
+        s = getattr(call, name)
+        n = torch.randint(0, 33, s.shape, device=s.device, generator=g)
+        if call.weight_format == MXFP4:
+            out[name] = (s.view(torch.uint8).to(torch.int32) - n).clamp(min=1).to(torch.uint8).view(s.dtype)
+        else:
+            out[name] = s * torch.exp2(-n.float())
+    return dataclasses.replace(call, **out)
+
+
 def _scaling(call):
     return dataclasses.replace(call, routed_scaling_factor=2.5)
 
@@ -72,6 +89,7 @@ EDGE_CASES = (
     EdgeCase("invalid_ids", "ids -1, E and E+100 are skipped (as SGLang's expert-parallel -1)", _invalid_ids),
     EdgeCase("dead_token", "a token with no valid slot outputs zeros", _dead_token, zero_rows=(1,)),
     EdgeCase("crowded_expert", "two experts take every pair (chunked pair loops)", _crowded_expert),
+    EdgeCase("wide_scales", "weight scales up to 2^32 apart inside a row", _wide_scales),
     EdgeCase("scaling_factor", "routed_scaling_factor 2.5 scales the output", _scaling),
 )
 

@@ -39,7 +39,7 @@ VARIANTS = {
     "4": "removed (block kernel with phase 1 on tensor cores: not faster) [h200-mma-phase1]; "
          "the launcher runs the default",
     "5": "two streaming kernels: gate/up, then down + slot sum (programmatic dependent launch on sm_90); "
-         "FP8 on CUDA runs both on tensor cores where x and h fit their f16 stages [h200-twopass, h200-mma-down]",
+         "FP8 and MXFP4 on CUDA run both on tensor cores where x and h fit their f16 stages [h200-twopass, h200-mma-down]",
 }
 
 
@@ -58,7 +58,12 @@ def variant_note() -> str:
 THREADS = 256                     # kThreads
 X_STAGE_BYTES = 64 * 1024         # kXStageBytes: x as f16 for the tensor-core gate/up
 H_STAGE_MMA_BYTES = 96 * 1024     # kHStageMmaBytes: h as two f16 halves for the tensor-core down
-DOWN_MMA_CHUNKS = 4               # kDownMmaChunks: I <= 64 * 4 for the tensor-core down
+DOWN_MMA_CHUNKS = 4               # kDownMmaChunks: I <= step * 4 for the tensor-core down
+
+
+def _mma_step_values(fmt: str) -> int:
+    """mma_step_values<Fmt>: values of K per tensor-core step (4 lanes x one 16-byte vector)."""
+    return 4 * (32 if fmt == MXFP4 else 16)
 
 
 def _twopass_fits(fmt: str, D: int) -> bool:
@@ -80,18 +85,18 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int) -> str:
         return f"block kernel (variant {1 if cuda and fmt == FP8_BLOCK128 else 0}): D={D} too wide for the two-pass gate/up"
     if variant != "5":
         return block
-    if not (cuda and fmt == FP8_BLOCK128 and envs.MMA.enabled()):
-        why = "no tensor-core path for this format/arch" if envs.MMA.enabled() else "SMALLM_MMA=0"
+    if not (cuda and envs.MMA.enabled()):
+        why = "no tensor-core path for this arch" if envs.MMA.enabled() else "SMALLM_MMA=0"
         return f"two-pass (variant 5): gate/up and down on CUDA cores ({why})"
-    x_bytes = T * D * 2
-    if not (x_bytes <= X_STAGE_BYTES and D % 64 == 0 and D // 64 <= 64):
+    x_bytes, step = T * D * 2, _mma_step_values(fmt)
+    if not (x_bytes <= X_STAGE_BYTES and D % step == 0 and D // step <= 64):
         return (f"two-pass (variant 5): gate/up and down on CUDA cores (x as f16 is {x_bytes} B, over the "
                 f"{X_STAGE_BYTES} B stage)")
     h_bytes = T * K * (I + 8) * 4
     if not envs.MMA_DOWN.enabled():
         down = "down on CUDA cores (SMALLM_MMA_DOWN=0)"
-    elif I % 128 or I // 64 > DOWN_MMA_CHUNKS:
-        down = f"down on CUDA cores (I={I} over {64 * DOWN_MMA_CHUNKS})"
+    elif I % 128 or I // step > DOWN_MMA_CHUNKS:
+        down = f"down on CUDA cores (I={I} over {step * DOWN_MMA_CHUNKS})"
     elif h_bytes > H_STAGE_MMA_BYTES:
         down = f"down on CUDA cores (h as f16 halves is {h_bytes} B, over the {H_STAGE_MMA_BYTES} B stage)"
     else:

@@ -44,11 +44,22 @@ def test_h200_fp8_plan(env, T, K, I, expect):
     assert expect in kernels.kernel_plan("sm_90", "fp8_block128", T, K, 4096, I)
 
 
+@pytest.mark.parametrize("T, K, I, expect", [
+    (1, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP4
+    (8, 11, 128, "gate/up on tensor cores, down on tensor cores"),
+    (4, 8, 384, "gate/up on tensor cores, down on tensor cores"),         # 3 chunks of 128: fits (FP8 does not)
+    (2, 8, 640, "down on CUDA cores (I=640 over 512)"),
+    (9, 11, 256, "gate/up and down on CUDA cores (x as f16 is 73728 B"),
+])
+def test_h200_mxfp4_plan(env, T, K, I, expect):
+    assert expect in kernels.kernel_plan("sm_90", "mxfp4", T, K, 4096, I)
+
+
 def test_switches_and_other_targets(env):
-    assert "CUDA cores (no tensor-core path" in kernels.kernel_plan("sm_90", "mxfp4", 1, 11, 4096, 256)
     assert kernels.kernel_plan("gfx950", "fp8_block128", 1, 11, 4096, 256) == "block kernel (variant 0)"
     env.setenv("SMALLM_KERNEL_VARIANT", "5")
-    assert "CUDA cores (no tensor-core path" in kernels.kernel_plan("gfx950", "fp8_block128", 1, 11, 4096, 256)
+    assert "CUDA cores (no tensor-core path for this arch" in kernels.kernel_plan("gfx950", "fp8_block128", 1, 11, 4096, 256)
+    assert "CUDA cores (no tensor-core path for this arch" in kernels.kernel_plan("gfx950", "mxfp4", 1, 11, 4096, 256)
     env.setenv("SMALLM_KERNEL_VARIANT", "1")
     assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256) == "block kernel (variant 1)"
     assert kernels.kernel_plan("gfx950", "fp8_block128", 1, 11, 4096, 256) == "block kernel (variant 0)"  # 1: CUDA only

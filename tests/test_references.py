@@ -342,3 +342,58 @@ def test_h_to_f16_hi_lo_per_pair_keeps_22_bits(seed, magnitude):
     scaled_max = h.abs().amax(dim=1) / scale
     live = scaled_max > 0
     assert bool(((scaled_max[live] >= 2.0 ** 14) & (scaled_max[live] < 2.0 ** 15)).all())
+
+
+# ----------------------------------------------------------------- MXFP4 weights on tensor cores
+def _fp4_step_scales(g, rows, steps, spread):
+    base = torch.randint(spread + 2, 250, (rows, steps, 1), generator=g)
+    return (base - torch.randint(0, spread + 1, (rows, steps, 4), generator=g)).reshape(rows, 4 * steps).to(torch.uint8)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_mxfp4_tensor_core_weights_exact_within_2p24(seed):
+    """The tensor-core MXFP4 path holds each value in f16 relative to the largest scale of its 128-value
+    step: exact while the step's four scales lie within 2^24 of each other (every e2m1 code)."""
+    g = torch.Generator().manual_seed(seed)
+    packed = torch.randint(0, 256, (16, 256), dtype=torch.uint8, generator=g)  # K = 512: 4 steps
+    scale = _fp4_step_scales(g, 16, 4, 24)
+    assert torch.equal(R.mxfp4_tensor_core_weights(packed, scale), R.dequant_mxfp4(packed, scale))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_mxfp4_tensor_core_weights_beyond_2p24_rounds_only_small_blocks(seed):
+    """Scales up to 2^40 apart: blocks within 2^24 of their step's largest stay exact; smaller ones
+    become f16 subnormals or zero, off by at most 2^-25 2^(R-128) per value (R: the step's largest)."""
+    g = torch.Generator().manual_seed(seed)
+    packed = torch.randint(0, 256, (16, 256), dtype=torch.uint8, generator=g)
+    scale = _fp4_step_scales(g, 16, 4, 40)
+    tc, exact = R.mxfp4_tensor_core_weights(packed, scale), R.dequant_mxfp4(packed, scale)
+    s = scale.to(torch.int32).reshape(16, 4, 4)
+    r = s.amax(dim=-1, keepdim=True)
+    near = ((r - s) <= 24).repeat_interleave(32, dim=-1).reshape(16, 512)
+    assert torch.equal(tc[near], exact[near])
+    bound = torch.exp2((r - 128).float() - 25).expand(16, 4, 4).repeat_interleave(32, dim=-1).reshape(16, 512)
+    assert bool(((tc - exact).abs() <= bound).all())
+    assert not torch.equal(tc, exact)  # the far blocks do lose bits
+
+
+def test_mxfp4_tensor_core_weights_nan_scale():
+    packed = torch.full((1, 64), 0x22, dtype=torch.uint8)
+    scale = torch.tensor([[127, 255, 127, 127]], dtype=torch.uint8)
+    assert bool(R.mxfp4_tensor_core_weights(packed, scale).isnan().all())  # 255 is NaN for the whole step
+
+
+def test_e2m1_to_f16_bit_formula():
+    """The decode of hip/smallm_compat.h e2m1x8_to_f16x2, replayed in Python over every nibble in every
+    position: word j holds values j and j + 4 as the f16 v * 2^-14."""
+    g = torch.Generator().manual_seed(3)
+    words = torch.randint(0, 2 ** 32, (512,), generator=g, dtype=torch.int64).tolist() + [0x76543210, 0xFEDCBA98]
+    from sglang_smallm_plugin.reference.quant import FP4_VALUES
+    lut = FP4_VALUES.tolist()
+    for w in words:
+        for j in range(4):
+            v = (w << (12 - 4 * j)) & 0xFFFFFFFF
+            p = (v & 0x80008000) | ((v >> 3) & 0x0E000E00)
+            halves = torch.tensor([p & 0xFFFF, p >> 16], dtype=torch.int32).to(torch.int16).view(torch.float16)
+            want = [lut[(w >> (4 * j)) & 15], lut[(w >> (4 * (j + 4))) & 15]]
+            assert halves.float().tolist() == [x * 2.0 ** -14 for x in want], (hex(w), j)

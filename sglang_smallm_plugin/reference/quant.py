@@ -145,7 +145,7 @@ def _f16_stage_scale(rows: torch.Tensor) -> torch.Tensor:
 
 
 def x_to_f16_per_token(x: torch.Tensor):
-    """Model of the activations the FP8 tensor-core gate/up kernel stages (hip/smallm_moe_twopass.h):
+    """Model of the activations the tensor-core gate/up kernel (FP8 and MXFP4) stages (hip/smallm_moe_twopass.h):
     per token (row) e = exponent(max |x|) - 14, clamped to >= -100, so that max |x| * 2^-e lies in
     [2^14, 2^15); x * 2^-e rounded to f16. Returns (x16 [T, D] float16, scale [T] float32 = 2^e);
     x16 * scale reproduces x exactly wherever |x| >= 2^-28 max |x| (bf16 input)."""
@@ -155,7 +155,7 @@ def x_to_f16_per_token(x: torch.Tensor):
 
 
 def h_to_f16_hi_lo_per_pair(h: torch.Tensor):
-    """Model of the intermediate the FP8 tensor-core down kernel stages (hip/smallm_moe_twopass.h):
+    """Model of the intermediate the tensor-core down kernel (FP8 and MXFP4) stages (hip/smallm_moe_twopass.h):
     per pair (row of h, fp32) e = exponent(max |h|) - 14, clamped to >= -100, v = h * 2^-e (exact),
     hi = f16(v), lo = f16(v - hi). Returns (hi, lo [P, I] float16, scale [P] float32 = 2^e);
     (hi + lo) * scale is within 2^-22 |h| + 2^-25 scale of h (22 significant bits), no overflow."""
@@ -165,3 +165,24 @@ def h_to_f16_hi_lo_per_pair(h: torch.Tensor):
     hi = v.to(torch.float16)
     lo = (v - hi.float()).to(torch.float16)
     return hi, lo, scale
+
+
+MXFP4_MMA_STEP = 128  # values of K per tensor-core step: 4 lanes x one 32-value block
+
+
+def mxfp4_tensor_core_weights(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Model of the MXFP4 weights as the tensor-core kernels use them (hip/smallm_moe_twopass.h),
+    plain layout [.., K/2] + e8m0 [.., K/32] -> fp32 [.., K]. Per row and step of 128 values (four
+    32-value blocks with scales s), R = the step's largest s; a value v 2^(s-127) is held as the f16
+    v 2^(s-R+1) (round to nearest even: exact while R - s <= 24, f16 subnormals or zero beyond) and
+    the step's sums take 2^(R-128) in fp32. Equal to dequant_mxfp4 while every step's scales lie
+    within 2^24 of each other; otherwise within 2^-25 2^(R-128) of it per value."""
+    require(packed.shape[-1] * 2 % MXFP4_MMA_STEP == 0, f"K must be a multiple of {MXFP4_MMA_STEP}")
+    v = fp4_unpack(packed)
+    s = scale.contiguous().view(torch.uint8).to(torch.int32)
+    steps = s.reshape(*s.shape[:-1], -1, 4)
+    r = steps.amax(dim=-1, keepdim=True)
+    rel = torch.exp2((steps - r + 1).float())                       # 2^(s-R+1), exact in fp32
+    held = (v.reshape(*steps.shape, 32) * rel.unsqueeze(-1)).to(torch.float16).float()
+    outer = e8m0_to_float(r.to(torch.uint8)).unsqueeze(-1) * 0.5     # 2^(R-128); NaN for 255
+    return (held * outer).reshape(v.shape)
