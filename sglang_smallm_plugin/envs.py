@@ -30,12 +30,15 @@ LOG_ALL_RANKS = Switch("SGLANG_SMALLM_LOG_ALL_RANKS", "0", "1 logs path decision
 KERNEL_VARIANT = Switch("SMALLM_KERNEL_VARIANT", "",
                         "A/B switch (read once by the kernel launcher; kernels.VARIANTS lists them): unset = "
                         "CUDA 5 (two streaming kernels) where it fits, else the block kernel; gfx950 0")
-MMA = Switch("SMALLM_MMA", "1", "A/B switch (CUDA, variant 5): 0 computes FP8 gate/up and down on CUDA cores, not tensor cores")
+MMA = Switch("SMALLM_MMA", "1", "A/B switch (CUDA, variant 5): 0 computes FP8 and MXFP4 gate/up and down on CUDA cores, not tensor cores")
 MMA_DOWN = Switch("SMALLM_MMA_DOWN", "1",
-                  "A/B switch (CUDA, variant 5): 0 computes the FP8 down projection on CUDA cores while gate/up stays on tensor cores")
+                  "A/B switch (CUDA, variant 5): 0 computes the down projection on CUDA cores while gate/up stays on tensor cores")
 PDL = Switch("SMALLM_PDL", "1",
              "A/B switch (CUDA, variant 5): 0 launches the down kernel without programmatic dependent launch")
+L2_PREFETCH = Switch("SMALLM_L2_PREFETCH", "3",
+                     "A/B switch (CUDA, tensor-core gate/up): bit 0 prefetches the distinct experts' W2 into L2 for "
+                     "the down kernel, bit 1 each block's later W13 jobs (row-major); 0 turns both off")
 X_PREFETCH = Switch("SMALLM_X_PREFETCH", "1",
                     "experiment (kernel launcher): 0 turns off copying the next item's activations early")
 
-ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH)
+ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, L2_PREFETCH, X_PREFETCH)
