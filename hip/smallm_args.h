@@ -31,8 +31,6 @@ struct MoeArgs {
   int T, K, E, D, I;
   int nblocks;
   int x_prefetch;           // 1: copy the next phase-1 item's x slices during this one (default)
-  int l2_prefetch;          // tensor-core gate/up, bit 0: W2 of the distinct experts into L2 for the
-                            // down kernel; bit 1: the block's later jobs' W13 rows (default 3)
   float out_scale;
 };
 

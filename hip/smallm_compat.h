@@ -103,17 +103,6 @@ SMALLM_DEV void grid_dependents_launch() {
 #endif
 }
 
-// Bring `bytes` (a multiple of 16) at p (16-byte aligned) into L2 without waiting (sm_90 bulk
-// prefetch: no registers, no completion); nothing on other targets.
-SMALLM_DEV void prefetch_l2(const void* p, uint32_t bytes) {
-#if defined(SMALLM_SM90_PDL)
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
 SMALLM_DEV void block_sync() {
 #if defined(SMALLM_HIP)
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");

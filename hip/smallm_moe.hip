@@ -285,12 +285,6 @@ int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* st
   static const int x_prefetch = env_switch_on("SMALLM_X_PREFETCH") ? 1 : 0;  // 0: x-slice prefetch off (A/B runs)
   smallm::MoeArgs a = args;
   a.x_prefetch = x_prefetch;
-  // SMALLM_L2_PREFETCH: bit 0 W2 for the down kernel, bit 1 the gate/up blocks' later jobs (A/B runs).
-  static const int l2_prefetch = [] {
-    const char* v = getenv("SMALLM_L2_PREFETCH");
-    return v && v[0] ? atoi(v) & 3 : 3;
-  }();
-  a.l2_prefetch = l2_prefetch;
   // SMALLM_KERNEL_VARIANT forces a variant (A/B runs; read once per process).
   static const int forced = [] {
     const char* v = getenv("SMALLM_KERNEL_VARIANT");

@@ -247,40 +247,6 @@ SMALLM_DEV Vec16 mxfp4_mma_order(const uint16_t (&h)[8]) {
 }
 #endif
 
-// L2 prefetches issued by the tensor-core gate/up kernel after its first loads (a.l2_prefetch):
-//   bit 0: W2 and its scales of the distinct experts, in distinct-expert order up to kL2PrefetchBytes,
-//          in kPrefetchPiece pieces spread over every thread of the grid. The down kernel cannot
-//          become resident beside the gate/up blocks (registers), so its W2 loads would otherwise
-//          start only as they retire; from L2 they return in a fraction of the DRAM latency.
-//   bit 1: the W13 rows of this block's later jobs (row-major: the 4 gate and the 4 up rows of a job
-//          are two contiguous ranges), so that each job after the first waits on L2, not DRAM.
-constexpr int kPrefetchPiece = 4096;
-constexpr long kL2PrefetchBytes = 24l << 20;  // of the H200's 50 MB L2
-
-template <int Fmt, int Layout>
-SMALLM_DEV void prefetch_w2_l2(const MoeArgs& a, const Routing& R) {
-  using F = Format<Fmt>;
-  const long wbytes = (long)a.D * (a.I / F::kRowBytesDiv);
-  // per-expert scale bytes: fp8 [D/128, I/128] fp32; mxfp4 [D, I/32] (shuffled: columns padded to 8)
-  const int cols = a.I / 32, cp = Layout == kShuffle16x16 ? (cols + 7) / 8 * 8 : cols;
-  const long sbytes = Fmt == kMxfp4 ? (long)a.D * cp : (long)(a.D / 128) * (a.I / 128) * 4;
-  const int wp = (int)((wbytes + kPrefetchPiece - 1) / kPrefetchPiece);
-  const int sp = (int)((sbytes / 16 * 16 + kPrefetchPiece - 1) / kPrefetchPiece);  // whole 16-byte units only
-  const int per = wp + sp;
-  const int nu = (int)(R.nd < kL2PrefetchBytes / (wbytes + sbytes) ? R.nd : kL2PrefetchBytes / (wbytes + sbytes));
-  for (int c = block_id() * kThreads + thread_id(); c < nu * per; c += a.nblocks * kThreads) {
-    const int u = c / per, k = c - u * per;
-    const long e = R.id[R.ulead[u]];
-    if (k < wp) {
-      const long off = (long)k * kPrefetchPiece;
-      prefetch_l2(a.w2 + e * wbytes + off, (uint32_t)(wbytes - off < kPrefetchPiece ? wbytes - off : kPrefetchPiece));
-    } else {
-      const long off = (long)(k - wp) * kPrefetchPiece, len = sbytes / 16 * 16 - off;
-      prefetch_l2(static_cast<const uint8_t*>(a.s2) + e * sbytes + off, (uint32_t)(len < kPrefetchPiece ? len : kPrefetchPiece));
-    }
-  }
-}
-
 template <int kJ>
 struct GateUpMmaLoads {
   Vec16 v[kJ];
@@ -394,20 +360,6 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
   };
   // After the first jobs' weight loads are issued (their latency covers this):
   auto stage_x = [&] {
-    if (a.l2_prefetch & 1) prefetch_w2_l2<Fmt, Layout>(a, R);
-    // Jobs b + 2G, ... b + 9G (b + G is being loaded now): the gate and the up rows (threads 0-15),
-    // for MXFP4 also their e8m0 rows (threads 16-31).
-    if (Layout == kRowMajor && (a.l2_prefetch & 2) && t < (kFp4 ? 32 : 16)) {
-      const int job = block_id() + G * (2 + (t % 16) / 2);
-      if (job < njobs) {
-        const int u = job / tiles, tile = job - u * tiles;
-        const long r = (long)R.id[R.ulead[u]] * 2 * a.I + (t % 2 ? a.I : 0) + 4 * tile;  // first of 4 rows
-        if (t < 16)
-          prefetch_l2(a.w13 + r * rowb, (uint32_t)(4 * rowb));
-        else
-          prefetch_l2(static_cast<const uint8_t*>(a.s13) + r * (a.D / 32), (uint32_t)(4 * (a.D / 32)));
-      }
-    }
     // x -> f16 * 2^-e_t in shared memory: per token, the max |x| (16-byte loads, warp reduction, one
     // shared atomic per warp), then 2^e_t with max|x| * 2^-e_t in [2^14, 2^15), then the scaled copy
     // (for MXFP4 every 8 values in mxfp4_mma_order).

@@ -35,10 +35,7 @@ MMA_DOWN = Switch("SMALLM_MMA_DOWN", "1",
                   "A/B switch (CUDA, variant 5): 0 computes the down projection on CUDA cores while gate/up stays on tensor cores")
 PDL = Switch("SMALLM_PDL", "1",
              "A/B switch (CUDA, variant 5): 0 launches the down kernel without programmatic dependent launch")
-L2_PREFETCH = Switch("SMALLM_L2_PREFETCH", "3",
-                     "A/B switch (CUDA, tensor-core gate/up): bit 0 prefetches the distinct experts' W2 into L2 for "
-                     "the down kernel, bit 1 each block's later W13 jobs (row-major); 0 turns both off")
 X_PREFETCH = Switch("SMALLM_X_PREFETCH", "1",
                     "experiment (kernel launcher): 0 turns off copying the next item's activations early")
 
-ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, L2_PREFETCH, X_PREFETCH)
+ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH)
