@@ -254,23 +254,153 @@ struct GateUpMmaLoads {
   uint32_t b[kJ];  // MXFP4: e8m0 byte of the lane's own vector
 };
 
+#if defined(SMALLM_MMA_F16)
+// The shared memory of both tensor-core gate/up kernels besides the weights.
+struct GateUpMmaShared {
+  Routing R;
+  float red[2][kWarps][kMmaPairs][8];
+  int xmax[kMaxPairs];  // per token: max |x| (float bits), then 2^e_t (float bits)
+};
+
+// x -> f16 * 2^-e_t in shared memory xs [T][D]: per token, the max |x| (16-byte loads, warp
+// reduction, one shared atomic per warp), then 2^e_t with max|x| * 2^-e_t in [2^14, 2^15), then the
+// scaled copy (for MXFP4 every 8 values in mxfp4_mma_order). xmax must be zero on entry.
+template <bool kFp4>
+SMALLM_DEV void stage_x_f16(const MoeArgs& a, uint16_t* xs, int* xmax) {
+  const int t = thread_id(), lane = lane_id();
+  const int dv = a.D / 8;  // 16-byte vectors per token row
+  for (int tok = 0; tok < a.T; ++tok) {
+    float mx = 0.0f;
+    for (int i = t; i < dv; i += kThreads) {
+      const Vec16 v = load_cached(a.x + (size_t)tok * a.D + 8 * i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) mx = fmaxf(mx, fmaxf(fabsf(bf16_lo(v.w[k])), fabsf(bf16_hi(v.w[k]))));
+    }
+    for (int o = 1; o < kWarp; o <<= 1) mx = fmaxf(mx, shfl_xor(mx, o));
+    if (lane == 0) atomicMax(&xmax[tok], __builtin_bit_cast(int, mx));
+  }
+  block_sync();
+  for (int tok = t; tok < a.T; tok += kThreads) {
+    xmax[tok] = __builtin_bit_cast(int, exp2_int(f16_stage_exponent(__builtin_bit_cast(float, xmax[tok]))));
+  }
+  block_sync();
+  for (int tok = 0; tok < a.T; ++tok) {
+    const float inv = exp2_int(127 - ((xmax[tok] >> 23) & 0xff));  // 2^-e
+    for (int i = t; i < dv; i += kThreads) {
+      const Vec16 v = load_cached(a.x + (size_t)tok * a.D + 8 * i);
+      uint16_t hv[8];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        hv[2 * k] = f32_to_f16(bf16_lo(v.w[k]) * inv);
+        hv[2 * k + 1] = f32_to_f16(bf16_hi(v.w[k]) * inv);
+      }
+      Vec16 o;
+      if constexpr (kFp4) {
+        o = mxfp4_mma_order(hv);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) o.w[k] = (uint32_t)hv[2 * k] | ((uint32_t)hv[2 * k + 1] << 16);
+      }
+      *reinterpret_cast<Vec16*>(xs + (size_t)tok * a.D + 8 * i) = o;
+    }
+  }
+  block_sync();
+}
+
+// One gate/up job (distinct expert u, tile) from the weights in L: every pass of up to 8 pairs runs
+// the warp's steps on tensor cores, reduces over the warps and writes h = silu(gate) * up.
+template <int Fmt, int kJ>
+SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint16_t* xs, int& buf, int job, int tiles,
+                               int nsteps, GateUpMmaLoads<kJ>& L) {
+  using F = Format<Fmt>;
+  constexpr bool kFp4 = Fmt == kMxfp4;
+  constexpr int kSv = mma_step_values<Fmt>();
+  const Routing& R = S.R;
+  const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
+  const int u = job / tiles, tile = job - u * tiles;
+  const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
+  for (int m0 = 0; m0 < M; m0 += kMmaPairs) {
+    const int mc = imin(kMmaPairs, M - m0);
+    const bool live = g < mc;
+    const uint16_t* xr = xs + (size_t)(R.plist[beg + m0 + (live ? g : 0)] / a.K) * a.D + q * F::kElems;
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      const int st = w + kWarps * j;
+      if (st < nsteps) {
+        opaque(L.v[j]);
+        float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (kFp4) {
+          const int rmax = quad_max((int)L.b[j]);  // R of row g (this quad)
+          const uint32_t fac = f16x2_pow2((int)L.b[j] - rmax + 15);
+          const int r0 = __shfl_sync(0xffffffffu, rmax, 8 * q), r1 = __shfl_sync(0xffffffffu, rmax, 8 * q + 4);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            Vec16 xv{};
+            if (live) xv = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8 * i);
+            uint32_t p[4];
+            e2m1x8_to_f16x2(L.v[j].w[i], p);
+            mma_f16_16x8x16(cs, xv.w[0], 0u, xv.w[1], 0u, hmul2(p[0], fac), hmul2(p[1], fac));
+            mma_f16_16x8x16(cs, xv.w[2], 0u, xv.w[3], 0u, hmul2(p[2], fac), hmul2(p[3], fac));
+          }
+          c[0] = ffma(e8m0_half_to_f32(r0), cs[0], c[0]);  // C columns 2q, 2q+1: rows of quads 2q, 2q+1
+          c[1] = ffma(e8m0_half_to_f32(r1), cs[1], c[1]);
+        } else {
+          Vec16 x0{}, x1{};
+          if (live) {
+            x0 = *reinterpret_cast<const Vec16*>(xr + st * kSv);
+            x1 = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8);
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t a0 = i < 2 ? x0.w[2 * i] : x1.w[2 * i - 4];
+            const uint32_t a2 = i < 2 ? x0.w[2 * i + 1] : x1.w[2 * i - 3];
+            mma_f16_16x8x16(cs, a0, 0u, a2, 0u, e4m3x2_to_f16x2(L.v[j].w[i]), e4m3x2_to_f16x2(L.v[j].w[i] >> 16));
+          }
+          c[0] = ffma(L.s[j], cs[0], c[0]);
+          c[1] = ffma(L.s[j], cs[1], c[1]);
+        }
+      }
+    }
+    // c[0], c[1]: pair g, rows 2q, 2q+1 of the job (0-3 gate, 4-7 up); c[2], c[3] (pairs g+8) are zero.
+    if (live) {
+      S.red[buf][w][g][2 * q] = c[0];
+      S.red[buf][w][g][2 * q + 1] = c[1];
+    }
+    block_sync();
+    if (t < 4 * kMmaPairs) {
+      const int m = t / 4, i = t % 4;
+      if (m < mc) {
+        float gs = 0.0f, us = 0.0f;
+        for (int ww = 0; ww < kWarps; ++ww) {
+          gs += S.red[buf][ww][m][i];
+          us += S.red[buf][ww][m][4 + i];
+        }
+        const int p = R.plist[beg + m0 + m];
+        const float sc = __builtin_bit_cast(float, S.xmax[p / a.K]);  // 2^e_t
+        a.h[(size_t)p * a.I + 4 * tile + i] = silu(gs * sc) * (us * sc);
+      }
+    }
+    buf ^= 1;  // the next pass writes the other buffer; the one after waits behind this barrier
+  }
+}
+#endif
+
 template <int Fmt, int Layout, int kJ>
 __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
 #if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
   using F = Format<Fmt>;
   constexpr bool kFp4 = Fmt == kMxfp4;
-  constexpr int kSv = mma_step_values<Fmt>();
   using Loads = GateUpMmaLoads<kJ>;
   extern __shared__ __attribute__((aligned(16))) uint16_t xs[];  // [T][D] f16, x * 2^-e_t
-  __shared__ Routing R;
-  __shared__ float red[2][kWarps][kMmaPairs][8];
-  __shared__ int xmax[kMaxPairs];  // per token: max |x| (float bits), then 2^e_t (float bits)
+  __shared__ GateUpMmaShared S;
   grid_dependents_launch();
   const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
-  for (int tok = t; tok < a.T; tok += kThreads) xmax[tok] = 0;
-  build_routing(a, R);  // ends with a barrier
+  for (int tok = t; tok < a.T; tok += kThreads) S.xmax[tok] = 0;
+  build_routing(a, S.R);  // ends with a barrier
+  const Routing& R = S.R;
   const int tiles = a.I / 4, njobs = R.nd * tiles, G = a.nblocks;
-  const int rowb = a.D / F::kRowBytesDiv, nsteps = a.D / kSv;
+  const int rowb = a.D / F::kRowBytesDiv, nsteps = a.D / mma_step_values<Fmt>();
   auto issue = [&](int job, Loads& L) {
     const int u = job / tiles, tile = job - u * tiles;
     const int row = (g < 4 ? 0 : a.I) + 4 * tile + (g & 3);                // B column g
@@ -290,120 +420,113 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
     }
   };
   int buf = 0;
-  auto compute = [&](int job, Loads& L) {
-    const int u = job / tiles, tile = job - u * tiles;
-    const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
-    for (int m0 = 0; m0 < M; m0 += kMmaPairs) {
-      const int mc = imin(kMmaPairs, M - m0);
-      const bool live = g < mc;
-      const uint16_t* xr = xs + (size_t)(R.plist[beg + m0 + (live ? g : 0)] / a.K) * a.D + q * F::kElems;
-      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int j = 0; j < kJ; ++j) {
-        const int st = w + kWarps * j;
-        if (st < nsteps) {
-          opaque(L.v[j]);
-          float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          if constexpr (kFp4) {
-            const int rmax = quad_max((int)L.b[j]);  // R of row g (this quad)
-            const uint32_t fac = f16x2_pow2((int)L.b[j] - rmax + 15);
-            const int r0 = __shfl_sync(0xffffffffu, rmax, 8 * q), r1 = __shfl_sync(0xffffffffu, rmax, 8 * q + 4);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              Vec16 xv{};
-              if (live) xv = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8 * i);
-              uint32_t p[4];
-              e2m1x8_to_f16x2(L.v[j].w[i], p);
-              mma_f16_16x8x16(cs, xv.w[0], 0u, xv.w[1], 0u, hmul2(p[0], fac), hmul2(p[1], fac));
-              mma_f16_16x8x16(cs, xv.w[2], 0u, xv.w[3], 0u, hmul2(p[2], fac), hmul2(p[3], fac));
-            }
-            c[0] = ffma(e8m0_half_to_f32(r0), cs[0], c[0]);  // C columns 2q, 2q+1: rows of quads 2q, 2q+1
-            c[1] = ffma(e8m0_half_to_f32(r1), cs[1], c[1]);
-          } else {
-            Vec16 x0{}, x1{};
-            if (live) {
-              x0 = *reinterpret_cast<const Vec16*>(xr + st * kSv);
-              x1 = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8);
-            }
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const uint32_t a0 = i < 2 ? x0.w[2 * i] : x1.w[2 * i - 4];
-              const uint32_t a2 = i < 2 ? x0.w[2 * i + 1] : x1.w[2 * i - 3];
-              mma_f16_16x8x16(cs, a0, 0u, a2, 0u, e4m3x2_to_f16x2(L.v[j].w[i]), e4m3x2_to_f16x2(L.v[j].w[i] >> 16));
-            }
-            c[0] = ffma(L.s[j], cs[0], c[0]);
-            c[1] = ffma(L.s[j], cs[1], c[1]);
-          }
-        }
-      }
-      // c[0], c[1]: pair g, rows 2q, 2q+1 of the job (0-3 gate, 4-7 up); c[2], c[3] (pairs g+8) are zero.
-      if (live) {
-        red[buf][w][g][2 * q] = c[0];
-        red[buf][w][g][2 * q + 1] = c[1];
-      }
-      block_sync();
-      if (t < 4 * kMmaPairs) {
-        const int m = t / 4, i = t % 4;
-        if (m < mc) {
-          float gs = 0.0f, us = 0.0f;
-          for (int ww = 0; ww < kWarps; ++ww) {
-            gs += red[buf][ww][m][i];
-            us += red[buf][ww][m][4 + i];
-          }
-          const int p = R.plist[beg + m0 + m];
-          const float sc = __builtin_bit_cast(float, xmax[p / a.K]);  // 2^e_t
-          a.h[(size_t)p * a.I + 4 * tile + i] = silu(gs * sc) * (us * sc);
-        }
-      }
-      buf ^= 1;
-    }
-  };
-  // After the first jobs' weight loads are issued (their latency covers this):
-  auto stage_x = [&] {
-    // x -> f16 * 2^-e_t in shared memory: per token, the max |x| (16-byte loads, warp reduction, one
-    // shared atomic per warp), then 2^e_t with max|x| * 2^-e_t in [2^14, 2^15), then the scaled copy
-    // (for MXFP4 every 8 values in mxfp4_mma_order).
-    const int dv = a.D / 8;  // 16-byte vectors per token row
-    for (int tok = 0; tok < a.T; ++tok) {
-      float mx = 0.0f;
-      for (int i = t; i < dv; i += kThreads) {
-        const Vec16 v = load_cached(a.x + (size_t)tok * a.D + 8 * i);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) mx = fmaxf(mx, fmaxf(fabsf(bf16_lo(v.w[k])), fabsf(bf16_hi(v.w[k]))));
-      }
-      for (int o = 1; o < kWarp; o <<= 1) mx = fmaxf(mx, shfl_xor(mx, o));
-      if (lane == 0) atomicMax(&xmax[tok], __builtin_bit_cast(int, mx));
-    }
-    block_sync();
-    for (int tok = t; tok < a.T; tok += kThreads) {
-      xmax[tok] = __builtin_bit_cast(int, exp2_int(f16_stage_exponent(__builtin_bit_cast(float, xmax[tok]))));
-    }
-    block_sync();
-    for (int tok = 0; tok < a.T; ++tok) {
-      const float inv = exp2_int(127 - ((xmax[tok] >> 23) & 0xff));  // 2^-e
-      for (int i = t; i < dv; i += kThreads) {
-        const Vec16 v = load_cached(a.x + (size_t)tok * a.D + 8 * i);
-        uint16_t hv[8];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          hv[2 * k] = f32_to_f16(bf16_lo(v.w[k]) * inv);
-          hv[2 * k + 1] = f32_to_f16(bf16_hi(v.w[k]) * inv);
-        }
-        Vec16 o;
-        if constexpr (kFp4) {
-          o = mxfp4_mma_order(hv);
-        } else {
-#pragma unroll
-          for (int k = 0; k < 4; ++k) o.w[k] = (uint32_t)hv[2 * k] | ((uint32_t)hv[2 * k + 1] << 16);
-        }
-        *reinterpret_cast<Vec16*>(xs + (size_t)tok * a.D + 8 * i) = o;
-      }
-    }
-    block_sync();
-  };
+  auto compute = [&](int job, Loads& L) { gateup_mma_job<Fmt, kJ>(a, S, xs, buf, job, tiles, nsteps, L); };
+  auto stage_x = [&] { stage_x_f16<kFp4>(a, xs, S.xmax); };  // after the first jobs' loads are issued
   run_jobs<Loads>(njobs, G, issue, stage_x, compute);
 #else
   (void)a;
+#endif
+}
+
+// ------------------------------------------------------------------ gate/up on tensor cores, weights by bulk copy (sm_90)
+// The jobs and the tensor-core math of smallm_gateup_mma_kernel, with the weights brought into shared
+// memory by bulk copies (row-major only: a job's 4 gate and 4 up rows, and their scales, are a few
+// contiguous ranges): one thread arms a transaction barrier per slot and copies up to S jobs ahead,
+// with no registers held for weights in flight, so one block per SM keeps S jobs' bytes in flight
+// and leaves room on the SM for the down kernel's blocks, which start (programmatic dependent launch)
+// and load their W2 while this kernel runs. Slot layout: 8 weight rows at a stride of the row bytes
+// + 64 (the 8 rows of a warp load fall on distinct bank groups), then the scales (FP8: the D/128
+// block scales of the gate rows' and of the up rows' 128-row block; MXFP4: the 8 rows' e8m0 bytes).
+constexpr int kBulkSlotsMax = 16;
+constexpr int kBulkPad = 64;
+
+template <int Fmt>
+__host__ __device__ inline int bulk_row_stride(int D) { return D / Format<Fmt>::kRowBytesDiv + kBulkPad; }
+template <int Fmt>
+__host__ __device__ inline int bulk_scale_bytes(int D) { return Fmt == kMxfp4 ? 8 * (D / 32) : 2 * (D / 128) * 4; }
+template <int Fmt>
+__host__ __device__ inline int bulk_slot_bytes(int D) { return 8 * bulk_row_stride<Fmt>(D) + bulk_scale_bytes<Fmt>(D); }
+__host__ __device__ inline int bulk_x_bytes(int T, int D) { return (T * D * 2 + 15) / 16 * 16; }
+// Slots that fit `smem` bytes of dynamic shared memory beside x (the kernel derives the same count).
+template <int Fmt>
+__host__ __device__ inline int bulk_slots(int T, int D, int smem) {
+  const int n = (smem - bulk_x_bytes(T, D)) / bulk_slot_bytes<Fmt>(D);
+  return n < kBulkSlotsMax ? n : kBulkSlotsMax;
+}
+// 16-byte copies (FP8 scale rows of D/128 floats: D % 512 == 0) on top of the tensor-core fit.
+template <int Fmt>
+__host__ __device__ inline bool gateup_bulk_fits(int T, int D) { return gateup_mma_fits<Fmt>(T, D) && D % 512 == 0; }
+
+template <int Fmt, int kJ>
+__global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_bulk_kernel(MoeArgs a, int smem) {
+#if defined(SMALLM_MMA_F16) && defined(SMALLM_SM90_BULK)
+  using F = Format<Fmt>;
+  constexpr bool kFp4 = Fmt == kMxfp4;
+  using Loads = GateUpMmaLoads<kJ>;
+  extern __shared__ __attribute__((aligned(128))) uint8_t dyn[];  // x [T][D] f16, then the slots
+  __shared__ GateUpMmaShared S;
+  __shared__ uint64_t bars[kBulkSlotsMax];
+  grid_dependents_launch();  // the down kernel's blocks may start beside this one
+  const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
+  const int nslots = bulk_slots<Fmt>(a.T, a.D, smem);
+  uint16_t* xs = reinterpret_cast<uint16_t*>(dyn);
+  uint8_t* slots = dyn + bulk_x_bytes(a.T, a.D);
+  for (int tok = t; tok < a.T; tok += kThreads) S.xmax[tok] = 0;
+  if (t == 0)
+    for (int k = 0; k < nslots; ++k) bar_init(&bars[k]);
+  build_routing(a, S.R);  // ends with a barrier (which also publishes the barriers' initialisation)
+  const Routing& R = S.R;
+  const int tiles = a.I / 4, njobs = R.nd * tiles, G = a.nblocks, b = block_id();
+  const int rowb = a.D / F::kRowBytesDiv, stride = bulk_row_stride<Fmt>(a.D), nsteps = a.D / mma_step_values<Fmt>();
+  const int sb = bulk_slot_bytes<Fmt>(a.D);
+  const int mine = b < njobs ? (njobs - 1 - b) / G + 1 : 0;  // jobs b, b + G, ...
+  auto fill = [&](int n) {  // thread 0: job b + G n into slot n % nslots
+    const int job = b + G * n, u = job / tiles, tile = job - u * tiles, k = n % nslots;
+    const long e = R.id[R.ulead[u]];
+    const long rg = e * 2 * a.I + 4 * tile, ru = rg + a.I;  // first gate row, first up row
+    uint8_t* sl = slots + (size_t)k * sb;
+    bar_arm(&bars[k], (unsigned)(8 * rowb + bulk_scale_bytes<Fmt>(a.D)));
+    for (int r = 0; r < 8; ++r)
+      bulk_copy(sl + r * stride, a.w13 + ((r < 4 ? rg : ru) + (r & 3)) * rowb, (unsigned)rowb, &bars[k]);
+    uint8_t* ss = sl + 8 * stride;
+    const uint8_t* s13 = static_cast<const uint8_t*>(a.s13);
+    if constexpr (kFp4) {
+      const int cols = a.D / 32;
+      bulk_copy(ss, s13 + rg * cols, (unsigned)(4 * cols), &bars[k]);
+      bulk_copy(ss + 4 * cols, s13 + ru * cols, (unsigned)(4 * cols), &bars[k]);
+    } else {
+      const long nkb = a.D / 128, nrb = 2 * a.I / 128;
+      bulk_copy(ss, s13 + ((e * nrb + (4 * tile) / 128) * nkb) * 4, (unsigned)(nkb * 4), &bars[k]);
+      bulk_copy(ss + nkb * 4, s13 + ((e * nrb + (a.I + 4 * tile) / 128) * nkb) * 4, (unsigned)(nkb * 4), &bars[k]);
+    }
+  };
+  if (t == 0)
+    for (int n = 0; n < nslots && n < mine; ++n) fill(n);
+  stage_x_f16<kFp4>(a, xs, S.xmax);
+  int buf = 0;
+  for (int n = 0; n < mine; ++n) {
+    const int k = n % nslots;
+    bar_wait(&bars[k], (unsigned)(n / nslots) & 1u);
+    const uint8_t* sl = slots + (size_t)k * sb;
+    const uint8_t* ss = sl + 8 * stride;
+    Loads L;
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      const int st = w + kWarps * j;
+      if (st < nsteps) {
+        L.v[j] = *reinterpret_cast<const Vec16*>(sl + g * stride + (4 * st + q) * 16);
+        if constexpr (kFp4)
+          L.b[j] = ss[g * (a.D / 32) + 4 * st + q];
+        else
+          L.s[j] = reinterpret_cast<const float*>(ss)[(q < 2 ? 0 : a.D / 128) + (4 * st * F::kElems) / 128];
+      }
+    }
+    gateup_mma_job<Fmt, kJ>(a, S, xs, buf, b + G * n, tiles, nsteps, L);  // ends behind a block barrier:
+    if (t == 0 && n + nslots < mine) fill(n + nslots);                      // the slot is free again
+  }
+#else
+  (void)a;
+  (void)smem;
 #endif
 }
 
