@@ -260,43 +260,6 @@ SMALLM_DEV void copy16_async(void* smem, const void* gmem) {
 #endif
 }
 
-// ---------------------------------------------------------------- bulk copies with a transaction barrier (sm_90)
-// One thread arms barrier `bar` for a number of bytes and starts bulk global -> shared copies that
-// count against it; every thread then waits for the barrier's phase with that parity. The copies
-// need 16-byte sizes and addresses.
-#if defined(SMALLM_SM90_PDL)
-#define SMALLM_SM90_BULK 1
-SMALLM_DEV unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-SMALLM_DEV void bar_init(uint64_t* bar) {  // one arrival (the arming thread) per phase
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-
-SMALLM_DEV void bar_arm(uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-
-SMALLM_DEV void bulk_copy(void* smem, const void* gmem, unsigned bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_u32(smem)),
-               "l"(gmem), "r"(bytes), "r"(smem_u32(bar))
-               : "memory");
-}
-
-SMALLM_DEV void bar_wait(uint64_t* bar, unsigned parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAIT;\n"
-      "}\n" ::"r"(smem_u32(bar)),
-      "r"(parity)
-      : "memory");
-}
-#endif
-
 SMALLM_DEV void copy_async_commit() {
 #if defined(SMALLM_SM80_ASYNC)
   asm volatile("cp.async.commit_group;" ::: "memory");

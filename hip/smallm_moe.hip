@@ -28,10 +28,6 @@ SMALLM_MMA(kFp8Block128, kShuffle16x16)
 SMALLM_MMA(kMxfp4, kRowMajor)
 SMALLM_MMA(kMxfp4, kShuffle16x16)
 #undef SMALLM_MMA
-template __global__ void smallm_gateup_bulk_kernel<kFp8Block128, 4>(MoeArgs, int);
-template __global__ void smallm_gateup_bulk_kernel<kFp8Block128, 8>(MoeArgs, int);
-template __global__ void smallm_gateup_bulk_kernel<kMxfp4, 4>(MoeArgs, int);
-template __global__ void smallm_gateup_bulk_kernel<kMxfp4, 8>(MoeArgs, int);
 template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 1>(MoeArgs);
@@ -172,16 +168,14 @@ int launch_down(const smallm::MoeArgs& a0, gpuStream_t stream) {
 
 #if !defined(SMALLM_HIP)
 // Down on tensor cores (smallm_down_mma_kernel): h staged as f16 halves in dynamic shared memory.
-// `max_blocks` > 0 caps the grid (one block per SM beside the bulk gate/up kernel).
 template <int Fmt, int Layout>
-int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream, int max_blocks = 0) {
+int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
   auto kernel = smallm_down_mma_kernel<Fmt, Layout>;
   static Capacity table[kMaxDevices], table_smem[kMaxDevices];
   static int raised[kMaxDevices] = {0};
   int capacity = 0;
   if (const int err = resident_capacity(kernel, table, capacity)) return err;
-  if (max_blocks > 0 && capacity > max_blocks) capacity = max_blocks;
   MoeArgs a = a0;
   const int N = a.T * a.K, nrb = a.D / kDownMmaRows;
   // Staged h can be large (up to kHStageMmaBytes): size the grid by the blocks that fit with it; a
@@ -192,7 +186,6 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream, int max_block
     smem = down_mma_smem_bytes(N, a.I, down_local_blocks(nrb, a.nblocks));
     if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
     if (const int err = resident_capacity(kernel, table_smem, capacity, smem)) return err;
-    if (max_blocks > 0 && capacity > max_blocks) capacity = max_blocks;
     if (capacity >= a.nblocks) break;
     a.nblocks = down_grid(N, kDownMmaRows, nrb, capacity);
   }
@@ -233,75 +226,19 @@ int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
 }
 #endif
 
-#if !defined(SMALLM_HIP)
-constexpr int kBulkNoFit = -2;  // the bulk gate/up kernel does not take this call
-
-int device_attr(cudaDeviceAttr what) {
-  int dev = 0, v = 0;
-  if (cudaGetDevice(&dev) != 0 || cudaDeviceGetAttribute(&v, what, dev) != 0) return 0;
-  return v;
-}
-
-template <class Kernel>
-int static_smem(Kernel kernel) {
-  cudaFuncAttributes at;
-  return cudaFuncGetAttributes(&at, reinterpret_cast<const void*>(kernel)) == 0 ? (int)at.sharedSizeBytes : -1;
-}
-
-// Gate/up on tensor cores with bulk-copied weights (smallm_gateup_bulk_kernel): one block per SM, as
-// many weight slots as fit beside one block of the down kernel (`down_bytes`: its shared memory per
-// block, 0 when it is not the tensor-core down), else beside nothing. `down_cap`: the down grid cap.
-template <int Fmt, int kJ>
-int launch_gateup_bulk(const smallm::MoeArgs& a0, int down_bytes, gpuStream_t stream, int& down_cap) {
-  using namespace smallm;
-  auto kernel = smallm_gateup_bulk_kernel<Fmt, kJ>;
-  static int raised[kMaxDevices] = {0};
-  const int sms = device_attr(cudaDevAttrMultiProcessorCount), per_sm = device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
-  const int optin = device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin), reserved = device_attr(cudaDevAttrReservedSharedMemoryPerBlock);
-  const int own = static_smem(kernel);
-  if (sms <= 0 || optin <= 0 || own < 0) return kBulkNoFit;
-  MoeArgs a = a0;
-  int room = optin - own;
-  const int beside = per_sm - (own + reserved) - (down_bytes + reserved);
-  const bool pair = down_bytes > 0 && bulk_slots<Fmt>(a.T, a.D, beside) >= 2;
-  if (pair && beside < room) room = beside;
-  const int nslots = bulk_slots<Fmt>(a.T, a.D, room);
-  if (nslots < 2) return kBulkNoFit;
-  const int smem = bulk_x_bytes(a.T, a.D) + nslots * bulk_slot_bytes<Fmt>(a.D);
-  const long pairs = (long)a.T * a.K;
-  a.nblocks = grid_blocks((pairs < a.E ? pairs : a.E) * (a.I / 4), sms);
-  if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
-  kernel<<<a.nblocks, kThreads, smem, stream>>>(a, smem);
-  down_cap = pair ? sms : 0;
-  return (int)GPU(GetLastError)();
-}
-#endif
-
 template <int Fmt, int Layout>
 int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   using namespace smallm;
 #if !defined(SMALLM_HIP)
   // FP8 and MXFP4 on tensor cores unless SMALLM_MMA=0 (A/B runs): gate/up when x fits its f16 stage,
   // down when h fits its stage.
-  // Row-major weights go to shared memory by bulk copies unless SMALLM_MMA_BULK=0.
   static const bool mma = env_switch_on("SMALLM_MMA");
   if (mma && gateup_mma_fits<Fmt>(a.T, a.D)) {
-    static const bool mma_down = env_switch_on("SMALLM_MMA_DOWN");  // 0: down on CUDA cores (A/B runs)
-    static const bool bulk = env_switch_on("SMALLM_MMA_BULK");      // 0: weights through registers (A/B runs)
-    const int N = a.T * a.K;
-    const bool down_mma = mma_down && down_mma_fits<Fmt>(N, a.I);
-    const bool j4 = a.D / mma_step_values<Fmt>() <= 4 * kWarps;
-    int err = kBulkNoFit, down_cap = 0;
-    if (bulk && Layout == kRowMajor && gateup_bulk_fits<Fmt>(a.T, a.D)) {
-      // The down kernel's shared memory with one block per SM, to leave room for it.
-      const int nrb = a.D / kDownMmaRows, gd = down_grid(N, kDownMmaRows, nrb, device_attr(cudaDevAttrMultiProcessorCount));
-      const int dstatic = static_smem(smallm_down_mma_kernel<Fmt, Layout>);
-      const int down_bytes = down_mma && dstatic >= 0 ? dstatic + down_mma_smem_bytes(N, a.I, down_local_blocks(nrb, gd)) : 0;
-      err = j4 ? launch_gateup_bulk<Fmt, 4>(a, down_bytes, stream, down_cap) : launch_gateup_bulk<Fmt, 8>(a, down_bytes, stream, down_cap);
-    }
-    if (err == kBulkNoFit) err = j4 ? launch_gateup_mma<Fmt, Layout, 4>(a, stream) : launch_gateup_mma<Fmt, Layout, 8>(a, stream);
+    const int err = a.D / mma_step_values<Fmt>() <= 4 * kWarps ? launch_gateup_mma<Fmt, Layout, 4>(a, stream)
+                                                                : launch_gateup_mma<Fmt, Layout, 8>(a, stream);
     if (err) return err;
-    if (down_mma) return launch_down_mma<Fmt, Layout>(a, stream, down_cap);
+    static const bool mma_down = env_switch_on("SMALLM_MMA_DOWN");  // 0: down on CUDA cores (A/B runs)
+    if (mma_down && down_mma_fits<Fmt>(a.T * a.K, a.I)) return launch_down_mma<Fmt, Layout>(a, stream);
     return launch_down<Fmt, Layout>(a, stream);
   }
 #endif

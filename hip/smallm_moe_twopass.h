@@ -309,7 +309,9 @@ SMALLM_DEV void stage_x_f16(const MoeArgs& a, uint16_t* xs, int* xmax) {
 
 // One gate/up job (distinct expert u, tile) from the weights in L: every pass of up to 8 pairs runs
 // the warp's steps on tensor cores, reduces over the warps and writes h = silu(gate) * up.
-template <int Fmt, int kJ>
+// kFull: every warp has all kJ steps (nsteps == 8 kJ), so the steps need no guards and their MMA
+// chains can interleave. Each step accumulates in two independent chains (cs, cs2).
+template <int Fmt, int kJ, bool kFull>
 SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint16_t* xs, int& buf, int job, int tiles,
                                int nsteps, GateUpMmaLoads<kJ>& L) {
   using F = Format<Fmt>;
@@ -327,9 +329,9 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
       const int st = w + kWarps * j;
-      if (st < nsteps) {
+      if (kFull || st < nsteps) {
         opaque(L.v[j]);
-        float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if constexpr (kFp4) {
           const int rmax = quad_max((int)L.b[j]);  // R of row g (this quad)
           const uint32_t fac = f16x2_pow2((int)L.b[j] - rmax + 15);
@@ -341,10 +343,10 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
             uint32_t p[4];
             e2m1x8_to_f16x2(L.v[j].w[i], p);
             mma_f16_16x8x16(cs, xv.w[0], 0u, xv.w[1], 0u, hmul2(p[0], fac), hmul2(p[1], fac));
-            mma_f16_16x8x16(cs, xv.w[2], 0u, xv.w[3], 0u, hmul2(p[2], fac), hmul2(p[3], fac));
+            mma_f16_16x8x16(cs2, xv.w[2], 0u, xv.w[3], 0u, hmul2(p[2], fac), hmul2(p[3], fac));
           }
-          c[0] = ffma(e8m0_half_to_f32(r0), cs[0], c[0]);  // C columns 2q, 2q+1: rows of quads 2q, 2q+1
-          c[1] = ffma(e8m0_half_to_f32(r1), cs[1], c[1]);
+          c[0] = ffma(e8m0_half_to_f32(r0), cs[0] + cs2[0], c[0]);  // C columns 2q, 2q+1: rows of quads 2q, 2q+1
+          c[1] = ffma(e8m0_half_to_f32(r1), cs[1] + cs2[1], c[1]);
         } else {
           Vec16 x0{}, x1{};
           if (live) {
@@ -355,10 +357,11 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
           for (int i = 0; i < 4; ++i) {
             const uint32_t a0 = i < 2 ? x0.w[2 * i] : x1.w[2 * i - 4];
             const uint32_t a2 = i < 2 ? x0.w[2 * i + 1] : x1.w[2 * i - 3];
-            mma_f16_16x8x16(cs, a0, 0u, a2, 0u, e4m3x2_to_f16x2(L.v[j].w[i]), e4m3x2_to_f16x2(L.v[j].w[i] >> 16));
+            mma_f16_16x8x16(i % 2 ? cs2 : cs, a0, 0u, a2, 0u, e4m3x2_to_f16x2(L.v[j].w[i]),
+                            e4m3x2_to_f16x2(L.v[j].w[i] >> 16));
           }
-          c[0] = ffma(L.s[j], cs[0], c[0]);
-          c[1] = ffma(L.s[j], cs[1], c[1]);
+          c[0] = ffma(L.s[j], cs[0] + cs2[0], c[0]);
+          c[1] = ffma(L.s[j], cs[1] + cs2[1], c[1]);
         }
       }
     }
@@ -407,126 +410,47 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
     const int rowc = (q < 2 ? 0 : a.I) + 4 * tile + 2 * (q & 1);            // C columns 2q, 2q+1
     const int e = R.id[R.ulead[u]];
     const uint8_t* wb = a.w13 + (size_t)e * 2 * a.I * rowb;
+    if constexpr (Layout == kRowMajor) {
+      // One base per job and constant offsets per step (step st = w + 8j: vector 4st + q of the row;
+      // FP8 block scale st / 2 = w / 2 + 4j; MXFP4 e8m0 of vector 4st + q).
+      const uint8_t* wp = wb + (size_t)row * rowb + (4 * w + q) * 16;
+      const float* sp = static_cast<const float*>(a.s13) + ((size_t)e * (2 * a.I / 128) + rowc / 128) * (a.D / 128) + w / 2;
+      const uint8_t* bp = static_cast<const uint8_t*>(a.s13) + ((size_t)e * 2 * a.I + row) * (a.D / 32) + 4 * w + q;
 #pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-      const int st = w + kWarps * j;
-      if (st < nsteps) {
-        L.v[j] = load_weights(wb + vec_offset<Layout>(row, 4 * st + q, rowb));
-        if constexpr (kFp4)
-          L.b[j] = F::template scale_byte<Layout>(a.s13, e, 2 * a.I, a.D, row, 4 * st + q);
-        else
-          L.s[j] = F::template scale<Layout>(a.s13, e, 2 * a.I, a.D, rowc, 4 * st);
+      for (int j = 0; j < kJ; ++j) {
+        if (w + kWarps * j < nsteps) {
+          L.v[j] = load_weights(wp + 64 * kWarps * j);
+          if constexpr (kFp4)
+            L.b[j] = bp[4 * kWarps * j];
+          else
+            L.s[j] = sp[4 * j];
+        }
       }
-    }
-  };
-  int buf = 0;
-  auto compute = [&](int job, Loads& L) { gateup_mma_job<Fmt, kJ>(a, S, xs, buf, job, tiles, nsteps, L); };
-  auto stage_x = [&] { stage_x_f16<kFp4>(a, xs, S.xmax); };  // after the first jobs' loads are issued
-  run_jobs<Loads>(njobs, G, issue, stage_x, compute);
-#else
-  (void)a;
-#endif
-}
-
-// ------------------------------------------------------------------ gate/up on tensor cores, weights by bulk copy (sm_90)
-// The jobs and the tensor-core math of smallm_gateup_mma_kernel, with the weights brought into shared
-// memory by bulk copies (row-major only: a job's 4 gate and 4 up rows, and their scales, are a few
-// contiguous ranges): one thread arms a transaction barrier per slot and copies up to S jobs ahead,
-// with no registers held for weights in flight, so one block per SM keeps S jobs' bytes in flight
-// and leaves room on the SM for the down kernel's blocks, which start (programmatic dependent launch)
-// and load their W2 while this kernel runs. Slot layout: 8 weight rows at a stride of the row bytes
-// + 64 (the 8 rows of a warp load fall on distinct bank groups), then the scales (FP8: the D/128
-// block scales of the gate rows' and of the up rows' 128-row block; MXFP4: the 8 rows' e8m0 bytes).
-constexpr int kBulkSlotsMax = 16;
-constexpr int kBulkPad = 64;
-
-template <int Fmt>
-__host__ __device__ inline int bulk_row_stride(int D) { return D / Format<Fmt>::kRowBytesDiv + kBulkPad; }
-template <int Fmt>
-__host__ __device__ inline int bulk_scale_bytes(int D) { return Fmt == kMxfp4 ? 8 * (D / 32) : 2 * (D / 128) * 4; }
-template <int Fmt>
-__host__ __device__ inline int bulk_slot_bytes(int D) { return 8 * bulk_row_stride<Fmt>(D) + bulk_scale_bytes<Fmt>(D); }
-__host__ __device__ inline int bulk_x_bytes(int T, int D) { return (T * D * 2 + 15) / 16 * 16; }
-// Slots that fit `smem` bytes of dynamic shared memory beside x (the kernel derives the same count).
-template <int Fmt>
-__host__ __device__ inline int bulk_slots(int T, int D, int smem) {
-  const int n = (smem - bulk_x_bytes(T, D)) / bulk_slot_bytes<Fmt>(D);
-  return n < kBulkSlotsMax ? n : kBulkSlotsMax;
-}
-// 16-byte copies (FP8 scale rows of D/128 floats: D % 512 == 0) on top of the tensor-core fit.
-template <int Fmt>
-__host__ __device__ inline bool gateup_bulk_fits(int T, int D) { return gateup_mma_fits<Fmt>(T, D) && D % 512 == 0; }
-
-template <int Fmt, int kJ>
-__global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_bulk_kernel(MoeArgs a, int smem) {
-#if defined(SMALLM_MMA_F16) && defined(SMALLM_SM90_BULK)
-  using F = Format<Fmt>;
-  constexpr bool kFp4 = Fmt == kMxfp4;
-  using Loads = GateUpMmaLoads<kJ>;
-  extern __shared__ __attribute__((aligned(128))) uint8_t dyn[];  // x [T][D] f16, then the slots
-  __shared__ GateUpMmaShared S;
-  __shared__ uint64_t bars[kBulkSlotsMax];
-  grid_dependents_launch();  // the down kernel's blocks may start beside this one
-  const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
-  const int nslots = bulk_slots<Fmt>(a.T, a.D, smem);
-  uint16_t* xs = reinterpret_cast<uint16_t*>(dyn);
-  uint8_t* slots = dyn + bulk_x_bytes(a.T, a.D);
-  for (int tok = t; tok < a.T; tok += kThreads) S.xmax[tok] = 0;
-  if (t == 0)
-    for (int k = 0; k < nslots; ++k) bar_init(&bars[k]);
-  build_routing(a, S.R);  // ends with a barrier (which also publishes the barriers' initialisation)
-  const Routing& R = S.R;
-  const int tiles = a.I / 4, njobs = R.nd * tiles, G = a.nblocks, b = block_id();
-  const int rowb = a.D / F::kRowBytesDiv, stride = bulk_row_stride<Fmt>(a.D), nsteps = a.D / mma_step_values<Fmt>();
-  const int sb = bulk_slot_bytes<Fmt>(a.D);
-  const int mine = b < njobs ? (njobs - 1 - b) / G + 1 : 0;  // jobs b, b + G, ...
-  auto fill = [&](int n) {  // thread 0: job b + G n into slot n % nslots
-    const int job = b + G * n, u = job / tiles, tile = job - u * tiles, k = n % nslots;
-    const long e = R.id[R.ulead[u]];
-    const long rg = e * 2 * a.I + 4 * tile, ru = rg + a.I;  // first gate row, first up row
-    uint8_t* sl = slots + (size_t)k * sb;
-    bar_arm(&bars[k], (unsigned)(8 * rowb + bulk_scale_bytes<Fmt>(a.D)));
-    for (int r = 0; r < 8; ++r)
-      bulk_copy(sl + r * stride, a.w13 + ((r < 4 ? rg : ru) + (r & 3)) * rowb, (unsigned)rowb, &bars[k]);
-    uint8_t* ss = sl + 8 * stride;
-    const uint8_t* s13 = static_cast<const uint8_t*>(a.s13);
-    if constexpr (kFp4) {
-      const int cols = a.D / 32;
-      bulk_copy(ss, s13 + rg * cols, (unsigned)(4 * cols), &bars[k]);
-      bulk_copy(ss + 4 * cols, s13 + ru * cols, (unsigned)(4 * cols), &bars[k]);
     } else {
-      const long nkb = a.D / 128, nrb = 2 * a.I / 128;
-      bulk_copy(ss, s13 + ((e * nrb + (4 * tile) / 128) * nkb) * 4, (unsigned)(nkb * 4), &bars[k]);
-      bulk_copy(ss + nkb * 4, s13 + ((e * nrb + (a.I + 4 * tile) / 128) * nkb) * 4, (unsigned)(nkb * 4), &bars[k]);
-    }
-  };
-  if (t == 0)
-    for (int n = 0; n < nslots && n < mine; ++n) fill(n);
-  stage_x_f16<kFp4>(a, xs, S.xmax);
-  int buf = 0;
-  for (int n = 0; n < mine; ++n) {
-    const int k = n % nslots;
-    bar_wait(&bars[k], (unsigned)(n / nslots) & 1u);
-    const uint8_t* sl = slots + (size_t)k * sb;
-    const uint8_t* ss = sl + 8 * stride;
-    Loads L;
 #pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-      const int st = w + kWarps * j;
-      if (st < nsteps) {
-        L.v[j] = *reinterpret_cast<const Vec16*>(sl + g * stride + (4 * st + q) * 16);
-        if constexpr (kFp4)
-          L.b[j] = ss[g * (a.D / 32) + 4 * st + q];
-        else
-          L.s[j] = reinterpret_cast<const float*>(ss)[(q < 2 ? 0 : a.D / 128) + (4 * st * F::kElems) / 128];
+      for (int j = 0; j < kJ; ++j) {
+        const int st = w + kWarps * j;
+        if (st < nsteps) {
+          L.v[j] = load_weights(wb + vec_offset<Layout>(row, 4 * st + q, rowb));
+          if constexpr (kFp4)
+            L.b[j] = F::template scale_byte<Layout>(a.s13, e, 2 * a.I, a.D, row, 4 * st + q);
+          else
+            L.s[j] = F::template scale<Layout>(a.s13, e, 2 * a.I, a.D, rowc, 4 * st);
+        }
       }
     }
-    gateup_mma_job<Fmt, kJ>(a, S, xs, buf, b + G * n, tiles, nsteps, L);  // ends behind a block barrier:
-    if (t == 0 && n + nslots < mine) fill(n + nslots);                      // the slot is free again
+  };
+  int buf = 0;
+  auto stage_x = [&] { stage_x_f16<kFp4>(a, xs, S.xmax); };  // after the first jobs' loads are issued
+  if (nsteps == kWarps * kJ) {
+    auto compute = [&](int job, Loads& L) { gateup_mma_job<Fmt, kJ, true>(a, S, xs, buf, job, tiles, nsteps, L); };
+    run_jobs<Loads>(njobs, G, issue, stage_x, compute);
+  } else {
+    auto compute = [&](int job, Loads& L) { gateup_mma_job<Fmt, kJ, false>(a, S, xs, buf, job, tiles, nsteps, L); };
+    run_jobs<Loads>(njobs, G, issue, stage_x, compute);
   }
 #else
   (void)a;
-  (void)smem;
 #endif
 }
 
@@ -809,7 +733,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
             const int s0 = (L.b[0] >> (8 * ch)) & 0xff, s1 = (L.b[1] >> (8 * ch)) & 0xff;
             const int r0 = quad_max(s0), r1 = quad_max(s1);  // R of rows g, g+8
             const uint32_t f0 = f16x2_pow2(s0 - r0 + 15), f1 = f16x2_pow2(s1 - r1 + 15);
-            float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cl[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // hi and lo chains
 #pragma unroll
             for (int wi = 0; wi < 4; ++wi) {
               Vec16 bh{}, bl{};
@@ -825,21 +749,21 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
                 const uint32_t a0 = hmul2(pa[2 * z], f0), a2 = hmul2(pa[2 * z + 1], f0);
                 const uint32_t a1 = hmul2(pb[2 * z], f1), a3 = hmul2(pb[2 * z + 1], f1);
                 mma_f16_16x8x16(cs, a0, a1, a2, a3, bh.w[2 * z], bh.w[2 * z + 1]);
-                mma_f16_16x8x16(cs, a0, a1, a2, a3, bl.w[2 * z], bl.w[2 * z + 1]);
+                mma_f16_16x8x16(cl, a0, a1, a2, a3, bl.w[2 * z], bl.w[2 * z + 1]);
               }
             }
             const float m0s = e8m0_half_to_f32(r0), m1s = e8m0_half_to_f32(r1);
-            c[0] = ffma(m0s, cs[0], c[0]);
-            c[1] = ffma(m0s, cs[1], c[1]);
-            c[2] = ffma(m1s, cs[2], c[2]);
-            c[3] = ffma(m1s, cs[3], c[3]);
+            c[0] = ffma(m0s, cs[0] + cl[0], c[0]);
+            c[1] = ffma(m0s, cs[1] + cl[1], c[1]);
+            c[2] = ffma(m1s, cs[2] + cl[2], c[2]);
+            c[3] = ffma(m1s, cs[3] + cl[3], c[3]);
           }
         }
       } else {
 #pragma unroll
         for (int kb = 0; kb < kDownMmaChunks / 2; ++kb) {
           if (2 * kb < nch) {
-            float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cl[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // hi and lo chains
 #pragma unroll
             for (int cc = 0; cc < 2; ++cc) {
               const int ch = 2 * kb + cc;
@@ -860,11 +784,11 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
                 const uint32_t a1 = e4m3x2_to_f16x2(wg8), a3 = e4m3x2_to_f16x2(wg8 >> 16);
                 const int z = mi / 2, wd = 2 * (mi % 2);  // h values 4mi..4mi+3: words 2mi, 2mi+1
                 mma_f16_16x8x16(cs, a0, a1, a2, a3, bh[z].w[wd], bh[z].w[wd + 1]);
-                mma_f16_16x8x16(cs, a0, a1, a2, a3, bl[z].w[wd], bl[z].w[wd + 1]);
+                mma_f16_16x8x16(cl, a0, a1, a2, a3, bl[z].w[wd], bl[z].w[wd + 1]);
               }
             }
 #pragma unroll
-            for (int r = 0; r < 4; ++r) c[r] = ffma(L.s[kb], cs[r], c[r]);
+            for (int r = 0; r < 4; ++r) c[r] = ffma(L.s[kb], cs[r] + cl[r], c[r]);
           }
         }
       }

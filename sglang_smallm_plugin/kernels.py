@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from .calls import AITER_SORT, FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16, MoeCall, SortCall, SortOutput
+from .calls import AITER_SORT, FP8_BLOCK128, MXFP4, SHUFFLE16, MoeCall, SortCall, SortOutput
 from .gate import MAX_PAIRS
 from .reference.sorting import scale_cols, triton_buffer_sizes
 from .sort_gate import PATH_CODES
@@ -72,7 +72,7 @@ def _twopass_fits(fmt: str, D: int) -> bool:
     return per8 <= 8 or per4 <= 8
 
 
-def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, layout: str = ROW_MAJOR) -> str:
+def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int) -> str:
     """The kernels the launcher runs for a call of this shape, and why, in words."""
     from . import envs
 
@@ -92,13 +92,6 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, layout: str
     if not (x_bytes <= X_STAGE_BYTES and D % step == 0 and D // step <= 64):
         return (f"two-pass (variant 5): gate/up and down on CUDA cores (x as f16 is {x_bytes} B, over the "
                 f"{X_STAGE_BYTES} B stage)")
-    gateup = "gate/up on tensor cores"
-    if not envs.MMA_BULK.enabled():
-        gateup += " (weights through registers: SMALLM_MMA_BULK=0)"
-    elif layout != ROW_MAJOR or D % 512 or not arch.startswith("sm_9"):
-        gateup += " (weights through registers: bulk copies need row-major weights, D % 512 == 0 and sm_90)"
-    else:
-        gateup += " (bulk-copied weights)"
     h_bytes = T * K * (I + 8) * 4
     if not envs.MMA_DOWN.enabled():
         down = "down on CUDA cores (SMALLM_MMA_DOWN=0)"
@@ -108,7 +101,7 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, layout: str
         down = f"down on CUDA cores (h as f16 halves is {h_bytes} B, over the {H_STAGE_MMA_BYTES} B stage)"
     else:
         down = "down on tensor cores"
-    return f"two-pass (variant 5): {gateup}, {down}"
+    return f"two-pass (variant 5): gate/up on tensor cores, {down}"
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,6 @@ def test_sort_matches_reference_exactly(case, seed):
     {"SMALLM_KERNEL_VARIANT": "0"},  # the block kernel with cross-item pipelining (the gfx950 default)
     {"SMALLM_KERNEL_VARIANT": "5", "SMALLM_MMA": "0"},  # two kernels, gate/up and down on CUDA cores
     {"SMALLM_KERNEL_VARIANT": "5", "SMALLM_MMA_DOWN": "0"},  # gate/up on tensor cores, down on CUDA cores
-    {"SMALLM_KERNEL_VARIANT": "5", "SMALLM_MMA_BULK": "0"},  # tensor-core gate/up weights through registers
     {"SMALLM_KERNEL_VARIANT": "5", "SMALLM_PDL": "0"},  # two kernels, plain stream-ordered launches
 ], ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
 def test_kernel_variants_match_reference(switches):

@@ -27,15 +27,15 @@ def test_constants_match_the_headers():
 
 @pytest.fixture
 def env(monkeypatch):
-    for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN", "SMALLM_MMA_BULK"):
+    for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
 
 @pytest.mark.parametrize("T, K, I, expect", [
-    (1, 11, 256, "gate/up on tensor cores (bulk-copied weights), down on tensor cores"),        # Qwen3.5 TP4
-    (8, 11, 128, "gate/up on tensor cores (bulk-copied weights), down on tensor cores"),        # Qwen3.5 TP8 at its H200 cap
-    (8, 11, 256, "gate/up on tensor cores (bulk-copied weights), down on tensor cores"),        # h: 88 * 264 * 4 B fits 96 KB
+    (1, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP4
+    (8, 11, 128, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP8 at its H200 cap
+    (8, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # h: 88 * 264 * 4 B fits 96 KB
     (8, 12, 256, "down on CUDA cores (h as f16 halves is"),               # 96 * 264 * 4 B does not
     (4, 8, 384, "down on CUDA cores (I=384 over 256)"),                   # Qwen3-235B-like
     (9, 11, 256, "gate/up and down on CUDA cores (x as f16 is 73728 B"),  # x: 9 * 4096 * 2 B over 64 KB
@@ -44,24 +44,10 @@ def test_h200_fp8_plan(env, T, K, I, expect):
     assert expect in kernels.kernel_plan("sm_90", "fp8_block128", T, K, 4096, I)
 
 
-def test_bulk_copied_weights(env):
-    """Row-major weights on sm_90 reach the tensor-core gate/up by bulk copies; shuffled ones, D not a
-    multiple of 512 and SMALLM_MMA_BULK=0 go through registers, each with its reason."""
-    assert "gate/up on tensor cores (bulk-copied weights), down on tensor cores" in \
-        kernels.kernel_plan("sm_90", "mxfp4", 1, 11, 4096, 256)
-    assert "(weights through registers: bulk copies need row-major" in \
-        kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256, "shuffle16x16")
-    assert "(weights through registers: bulk copies need row-major" in \
-        kernels.kernel_plan("sm_90", "fp8_block128", 1, 8, 3840, 256)
-    env.setenv("SMALLM_MMA_BULK", "0")
-    assert "(weights through registers: SMALLM_MMA_BULK=0), down on tensor cores" in \
-        kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256)
-
-
 @pytest.mark.parametrize("T, K, I, expect", [
-    (1, 11, 256, "gate/up on tensor cores (bulk-copied weights), down on tensor cores"),        # Qwen3.5 TP4
-    (8, 11, 128, "gate/up on tensor cores (bulk-copied weights), down on tensor cores"),
-    (4, 8, 384, "gate/up on tensor cores (bulk-copied weights), down on tensor cores"),         # 3 chunks of 128: fits (FP8 does not)
+    (1, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP4
+    (8, 11, 128, "gate/up on tensor cores, down on tensor cores"),
+    (4, 8, 384, "gate/up on tensor cores, down on tensor cores"),         # 3 chunks of 128: fits (FP8 does not)
     (2, 8, 640, "down on CUDA cores (I=640 over 512)"),
     (9, 11, 256, "gate/up and down on CUDA cores (x as f16 is 73728 B"),
 ])
