@@ -310,7 +310,9 @@ SMALLM_DEV void stage_x_f16(const MoeArgs& a, uint16_t* xs, int* xmax) {
 // One gate/up job (distinct expert u, tile) from the weights in L: every pass of up to 8 pairs runs
 // the warp's steps on tensor cores, reduces over the warps and writes h = silu(gate) * up.
 // kFull: every warp has all kJ steps (nsteps == 8 kJ), so the steps need no guards and their MMA
-// chains can interleave. Each step accumulates in two independent chains (cs, cs2).
+// chains can interleave; MXFP4 steps accumulate in two independent chains (cs, cs2). (FP8 keeps one
+// chain and its guards: with two, its kJ = 8 kernel spills and was slower, examples/results
+// "h200-mxfp4-mma" run 5.)
 template <int Fmt, int kJ, bool kFull>
 SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint16_t* xs, int& buf, int job, int tiles,
                                int nsteps, GateUpMmaLoads<kJ>& L) {
@@ -357,11 +359,10 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
           for (int i = 0; i < 4; ++i) {
             const uint32_t a0 = i < 2 ? x0.w[2 * i] : x1.w[2 * i - 4];
             const uint32_t a2 = i < 2 ? x0.w[2 * i + 1] : x1.w[2 * i - 3];
-            mma_f16_16x8x16(i % 2 ? cs2 : cs, a0, 0u, a2, 0u, e4m3x2_to_f16x2(L.v[j].w[i]),
-                            e4m3x2_to_f16x2(L.v[j].w[i] >> 16));
+            mma_f16_16x8x16(cs, a0, 0u, a2, 0u, e4m3x2_to_f16x2(L.v[j].w[i]), e4m3x2_to_f16x2(L.v[j].w[i] >> 16));
           }
-          c[0] = ffma(L.s[j], cs[0] + cs2[0], c[0]);
-          c[1] = ffma(L.s[j], cs[1] + cs2[1], c[1]);
+          c[0] = ffma(L.s[j], cs[0], c[0]);
+          c[1] = ffma(L.s[j], cs[1], c[1]);
         }
       }
     }
@@ -442,7 +443,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
   };
   int buf = 0;
   auto stage_x = [&] { stage_x_f16<kFp4>(a, xs, S.xmax); };  // after the first jobs' loads are issued
-  if (nsteps == kWarps * kJ) {
+  if (kFp4 && nsteps == kWarps * kJ) {
     auto compute = [&](int job, Loads& L) { gateup_mma_job<Fmt, kJ, true>(a, S, xs, buf, job, tiles, nsteps, L); };
     run_jobs<Loads>(njobs, G, issue, stage_x, compute);
   } else {
@@ -763,7 +764,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
 #pragma unroll
         for (int kb = 0; kb < kDownMmaChunks / 2; ++kb) {
           if (2 * kb < nch) {
-            float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cl[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // hi and lo chains
+            float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int cc = 0; cc < 2; ++cc) {
               const int ch = 2 * kb + cc;
@@ -784,11 +785,11 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
                 const uint32_t a1 = e4m3x2_to_f16x2(wg8), a3 = e4m3x2_to_f16x2(wg8 >> 16);
                 const int z = mi / 2, wd = 2 * (mi % 2);  // h values 4mi..4mi+3: words 2mi, 2mi+1
                 mma_f16_16x8x16(cs, a0, a1, a2, a3, bh[z].w[wd], bh[z].w[wd + 1]);
-                mma_f16_16x8x16(cl, a0, a1, a2, a3, bl[z].w[wd], bl[z].w[wd + 1]);
+                mma_f16_16x8x16(cs, a0, a1, a2, a3, bl[z].w[wd], bl[z].w[wd + 1]);
               }
             }
 #pragma unroll
-            for (int r = 0; r < 4; ++r) c[r] = ffma(L.s[kb], cs[r] + cl[r], c[r]);
+            for (int r = 0; r < 4; ++r) c[r] = ffma(L.s[kb], cs[r], c[r]);
           }
         }
       }
