@@ -3,21 +3,24 @@
 // The block kernel (smallm_moe.h) runs one launch whose items hand partial sums to each other
 // through global counters; on the H200 it is bound by that per-item chain (acquire, partial
 // reads, release, ticket), not by the weight bytes. Here nothing waits on another block (the
-// CUDA default; H200 Qwen3.5 FP8 with both passes on tensor cores: 1.85-2.3x the read floor at
-// 1-8 tokens, faster than SGLang's Triton path inside the caps; examples/results "h200-mma-down"):
+// CUDA default; H200 Qwen3.5 with both passes on tensor cores: FP8 1.9-2.5x the read floor at 1-8
+// tokens, faster than SGLang's Triton path inside the caps; MXFP4 3.3-4.1x; examples/results
+// "h200-mxfp4-mma"):
 //
 //   gate/up  as many blocks as are resident; each derives the distinct experts (first-occurrence
 //            order) and takes jobs b, b + G, ...: job (expert u, tile) is 4 gate rows and the same
 //            4 up rows of W13[e] over all of K (every thread 4-8 vectors of one row), dotted with
 //            x of every pair of e, reduced over the block into h[pair, rows] = silu(gate) * up
-//            (fp32). The next job's weights are loaded while this one computes. FP8 on CUDA runs
-//            the same jobs on tensor cores (smallm_gateup_mma_kernel) while x fits its f16 stage.
+//            (fp32). The next job's weights are loaded while this one computes. FP8 and MXFP4 on
+//            CUDA run the same jobs on tensor cores (smallm_gateup_mma_kernel) while x fits its
+//            f16 stage.
 //   down     as many blocks as are resident; block b owns row-blocks (rb output rows) b, b + G, ...
 //            for every pair. Its warps take the (row-block, distinct expert) jobs in turn with three
 //            jobs' W2 rows in flight, read h (staged in shared memory when small), write
 //            y[pair, rows] to shared memory, and the block then sums each token's slots in slot
 //            order into out (deterministic: every sum has a fixed order).
-//            FP8 on CUDA runs it on tensor cores (smallm_down_mma_kernel) while h fits its stage.
+//            FP8 and MXFP4 on CUDA run it on tensor cores (smallm_down_mma_kernel) while h fits
+//            its stage.
 //
 // On sm_90 the down kernel is launched as a programmatic dependent of the gate/up kernel: its
 // prologue and its first W2 loads run while the gate/up kernel finishes, and it waits

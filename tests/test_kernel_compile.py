@@ -1,6 +1,7 @@
 """CPU checks of the one kernel source: gfx950 ISA with clang 22 (ziglang), gfx942 gating, nvcc sm_90a."""
 
 import os
+import re
 import pathlib
 import shutil
 import subprocess
@@ -139,3 +140,29 @@ def test_hip_host_launchers_compile(source):
                         "--system-header-prefix=hip/", '-DSMALLM_BUILD_ARCH="gfx950"', "-fsyntax-only",
                         str(HIP / f"{source}.hip")], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
+
+
+@pytest.fixture(scope="module")
+def sm90a_ptx(tmp_path_factory):
+    if _nvcc() is None:
+        pytest.skip("nvcc not installed on this machine (the CUDA compile check needs it)")
+    out = tmp_path_factory.mktemp("ptx")
+    cu = out / "smallm_moe.cu"
+    cu.write_text(f'#include "{HIP / "smallm_moe.hip"}"\n')
+    r = subprocess.run([_nvcc(), "-arch=sm_90a", "-O3", "-std=c++17", "-ptx", str(cu), "-o", str(out / "k.ptx")],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    text = (out / "k.ptx").read_text()
+    entries = re.split(r"\n\s*// \.globl\s+", text)
+    return {e.split()[0]: e for e in entries[1:]}
+
+
+@pytest.mark.parametrize("kernel", ["smallm_gateup_mma_kernelILi1ELi0ELi4E", "smallm_gateup_mma_kernelILi1ELi1ELi8E",
+                                    "smallm_down_mma_kernelILi1ELi0E", "smallm_down_mma_kernelILi1ELi1E"])
+def test_mxfp4_tensor_core_kernels_use_mma(sm90a_ptx, kernel):
+    """The MXFP4 (format 1) tensor-core kernels, both layouts: f16 MMAs fed by the f16x2 scale multiply
+    of the bit-decoded e2m1 values (hip/smallm_compat.h e2m1x8_to_f16x2, hmul2)."""
+    body = next(v for k, v in sm90a_ptx.items() if kernel in k)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in body
+    assert "mul.rn.f16x2" in body
+    assert "cvt.rn.f16x2.e4m3x2" not in body  # no FP8 conversion in the MXFP4 kernels

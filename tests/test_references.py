@@ -299,7 +299,7 @@ def test_bad_inputs_raise_clear_errors():
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("magnitude", [2.0 ** -60, 2.0 ** -20, 1.0, 2.0 ** 14, 2.0 ** 40, 2.0 ** 100])
 def test_x_to_f16_per_token_is_exact_above_2m28_of_the_max(seed, magnitude):
-    """What the FP8 tensor-core gate/up stages instead of bf16 x: scaled per token by a power of two
+    """What the tensor-core gate/up (FP8 and MXFP4) stages instead of bf16 x: scaled per token by a power of two
     so that no value overflows f16 and every value within 2^28 of the token's largest is exact."""
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(4, 4096, generator=g) * magnitude)
@@ -324,7 +324,7 @@ def test_x_to_f16_per_token_is_exact_above_2m28_of_the_max(seed, magnitude):
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("magnitude", [2.0 ** -60, 2.0 ** -20, 1.0, 2.0 ** 14, 2.0 ** 40, 2.0 ** 100])
 def test_h_to_f16_hi_lo_per_pair_keeps_22_bits(seed, magnitude):
-    """What the FP8 tensor-core down kernel stages instead of fp32 h: hi + lo f16 halves of h scaled
+    """What the tensor-core down kernel (FP8 and MXFP4) stages instead of fp32 h: hi + lo f16 halves of h scaled
     per pair by a power of two; no overflow, and 22 significant bits of every value."""
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(6, 256, generator=g) * magnitude
