@@ -214,13 +214,13 @@ int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   auto kernel = smallm_gateup_mma_kernel<Fmt, Layout, kJ>;
   static Capacity table[kMaxDevices];
   static int raised[kMaxDevices] = {0};
-  int capacity = 0;
-  if (const int err = resident_capacity(kernel, table, capacity)) return err;
   MoeArgs a = a0;
+  const int smem = a.T * a.D * 2;  // x as f16: up to kXStageBytes, fewer blocks per SM when large
+  if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
+  int capacity = 0;
+  if (const int err = resident_capacity(kernel, table, capacity, smem)) return err;
   const long pairs = (long)a.T * a.K;
   a.nblocks = grid_blocks((pairs < a.E ? pairs : a.E) * (a.I / 4), capacity);
-  const int smem = a.T * a.D * 2;
-  if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
   kernel<<<a.nblocks, kThreads, smem, stream>>>(a);
   return (int)GPU(GetLastError)();
 }

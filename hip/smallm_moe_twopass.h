@@ -222,7 +222,9 @@ SMALLM_DEV float exp2_int(int e) { return __builtin_bit_cast(float, (127 + e) <<
 // zero: reference.quant.mxfp4_tensor_core_weights models it); the step's MMA sums take 2^(R - 128)
 // in fp32.
 constexpr int kMmaPairs = 8;                 // pairs per MMA pass (rows g of A; rows g+8 stay zero)
-constexpr int kXStageBytes = 64 * 1024;      // x staged as f16 when T * D * 2 fits
+// x staged as f16 when T * D * 2 fits: up to 64 KB two blocks per SM, beyond that one (T <= 20 at
+// D = 4096; above, the CUDA-core kernels).
+constexpr int kXStageBytes = 160 * 1024;
 
 // Values of K per step (4 lanes x one 16-byte vector): 64 FP8, 128 MXFP4.
 template <int Fmt>

@@ -38,7 +38,7 @@ def env(monkeypatch):
     (8, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # h: 88 * 264 * 4 B fits 96 KB
     (8, 12, 256, "down on CUDA cores (h as f16 halves is"),               # 96 * 264 * 4 B does not
     (4, 8, 384, "down on CUDA cores (I=384 over 256)"),                   # Qwen3-235B-like
-    (9, 11, 256, "gate/up and down on CUDA cores (x as f16 is 73728 B"),  # x: 9 * 4096 * 2 B over 64 KB
+    (21, 11, 256, "gate/up and down on CUDA cores (x as f16 is 172032 B"),  # x: 21 * 4096 * 2 B over 160 KB
 ])
 def test_h200_fp8_plan(env, T, K, I, expect):
     assert expect in kernels.kernel_plan("sm_90", "fp8_block128", T, K, 4096, I)
@@ -49,7 +49,9 @@ def test_h200_fp8_plan(env, T, K, I, expect):
     (8, 11, 128, "gate/up on tensor cores, down on tensor cores"),
     (4, 8, 384, "gate/up on tensor cores, down on tensor cores"),         # 3 chunks of 128: fits (FP8 does not)
     (2, 8, 640, "down on CUDA cores (I=640 over 512)"),
-    (9, 11, 256, "gate/up and down on CUDA cores (x as f16 is 73728 B"),
+    (16, 11, 128, "gate/up on tensor cores, down on tensor cores"),        # h: 176 * 136 * 4 B fits 96 KB
+    (16, 11, 256, "down on CUDA cores (h as f16 halves is"),
+    (21, 11, 256, "gate/up and down on CUDA cores (x as f16 is 172032 B"),
 ])
 def test_h200_mxfp4_plan(env, T, K, I, expect):
     assert expect in kernels.kernel_plan("sm_90", "mxfp4", T, K, 4096, I)
