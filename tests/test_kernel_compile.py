@@ -103,13 +103,33 @@ def _nvcc():
     return None
 
 
+@pytest.fixture(scope="module")
+def sm90a_build(tmp_path_factory):
+    """source -> (nvcc result, its sm_90a PTX text): one compile per source for every test that reads it
+    (the object compile with warnings as errors keeps its intermediates)."""
+    if _nvcc() is None:
+        pytest.skip("nvcc not installed on this machine (the CUDA compile check needs it)")
+    done = {}
+
+    def build(source):
+        if source not in done:
+            out = tmp_path_factory.mktemp(source)
+            cu = out / f"{source}.cu"
+            cu.write_text(f'#include "{HIP / (source + ".hip")}"\n')
+            r = subprocess.run([_nvcc(), "-arch=sm_90a", "-O3", "-std=c++17", "-Werror", "all-warnings", "-c", str(cu),
+                                "-o", str(out / "k.o"), "-keep", "-keep-dir", str(out)],
+                               capture_output=True, text=True, timeout=900)
+            ptx = list(out.glob("*.compute_90a.ptx"))
+            done[source] = (r, ptx[0].read_text() if ptx else "")
+        return done[source]
+
+    return build
+
+
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
 @pytest.mark.parametrize("source", ["smallm_moe", "smallm_sort", "smallm_readfloor"])
-def test_cuda_sm90a_compiles(tmp_path, source):
-    cu = tmp_path / f"{source}.cu"
-    cu.write_text(f'#include "{HIP / (source + ".hip")}"\n')
-    r = subprocess.run([_nvcc(), "-arch=sm_90a", "-O3", "-std=c++17", "-Werror", "all-warnings", "-c", str(cu),
-                        "-o", str(tmp_path / "k.o")], capture_output=True, text=True, timeout=900)
+def test_cuda_sm90a_compiles(sm90a_build, source):
+    r, _ = sm90a_build(source)
     assert r.returncode == 0, r.stderr[-4000:]
 
 
@@ -143,16 +163,9 @@ def test_hip_host_launchers_compile(source):
 
 
 @pytest.fixture(scope="module")
-def sm90a_ptx(tmp_path_factory):
-    if _nvcc() is None:
-        pytest.skip("nvcc not installed on this machine (the CUDA compile check needs it)")
-    out = tmp_path_factory.mktemp("ptx")
-    cu = out / "smallm_moe.cu"
-    cu.write_text(f'#include "{HIP / "smallm_moe.hip"}"\n')
-    r = subprocess.run([_nvcc(), "-arch=sm_90a", "-O3", "-std=c++17", "-ptx", str(cu), "-o", str(out / "k.ptx")],
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-4000:]
-    text = (out / "k.ptx").read_text()
+def sm90a_ptx(sm90a_build):
+    r, text = sm90a_build("smallm_moe")
+    assert r.returncode == 0 and text, r.stderr[-4000:]
     entries = re.split(r"\n\s*// \.globl\s+", text)
     return {e.split()[0]: e for e in entries[1:]}
 
