@@ -60,7 +60,6 @@ struct Format<kFp8Block128> {
   static constexpr int kScaleRows = 128;  // rows that share a scale (aligned)
   static constexpr int kScaleVecs = 8;    // vectors along K that share a scale (aligned)
   // Scale of vector `kvi` in row `row` of expert `e`'s [rows, kdim] matrix.
-  // Scale of vector `kvi` in row `row` of expert `e`'s [rows, kdim] matrix.
   template <int Layout>
   SMALLM_DEV static float scale(const void* s, int e, int rows, int kdim, int row, int kvi) {
     const float* f = static_cast<const float*>(s);

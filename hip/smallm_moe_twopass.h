@@ -418,7 +418,9 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
     const uint8_t* wb = a.w13 + (size_t)e * 2 * a.I * rowb;
     if constexpr (Layout == kRowMajor) {
       // One base per job and constant offsets per step (step st = w + 8j: vector 4st + q of the row;
-      // FP8 block scale st / 2 = w / 2 + 4j; MXFP4 e8m0 of vector 4st + q).
+      // FP8 block scale st / 2 = w / 2 + 4j; MXFP4 e8m0 of vector 4st + q). These restate the
+      // row-major cases of vec_offset and Format::scale / scale_byte in 32-bit, non-negative terms:
+      // through those helpers the kernels' SASS differs (FP8: 24 more instructions, a signed division).
       const uint8_t* wp = wb + (size_t)row * rowb + (4 * w + q) * 16;
       const float* sp = static_cast<const float*>(a.s13) + ((size_t)e * (2 * a.I / 128) + rowc / 128) * (a.D / 128) + w / 2;
       const uint8_t* bp = static_cast<const uint8_t*>(a.s13) + ((size_t)e * 2 * a.I + row) * (a.D / 32) + 4 * w + q;
