@@ -395,18 +395,15 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
 }
 #endif
 
+#if defined(SMALLM_MMA_F16)
+// The block's share of the tensor-core gate/up: jobs b, b + G, ... of the routing in S.R (built, with
+// S.xmax zeroed, by the caller), x staged in xs [T][D] f16 (x * 2^-e_t) after the first job's loads.
 template <int Fmt, int Layout, int kJ>
-__global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
-#if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
+SMALLM_DEV void gateup_mma_blocks(const MoeArgs& a, GateUpMmaShared& S, uint16_t* xs) {
   using F = Format<Fmt>;
   constexpr bool kFp4 = Fmt == kMxfp4;
   using Loads = GateUpMmaLoads<kJ>;
-  extern __shared__ __attribute__((aligned(16))) uint16_t xs[];  // [T][D] f16, x * 2^-e_t
-  __shared__ GateUpMmaShared S;
-  grid_dependents_launch();
-  const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
-  for (int tok = t; tok < a.T; tok += kThreads) S.xmax[tok] = 0;
-  build_routing(a, S.R);  // ends with a barrier
+  const int lane = lane_id(), w = thread_id() / kWarp, g = lane >> 2, q = lane & 3;
   const Routing& R = S.R;
   const int tiles = a.I / 4, njobs = R.nd * tiles, G = a.nblocks;
   const int rowb = a.D / F::kRowBytesDiv, nsteps = a.D / mma_step_values<Fmt>();
@@ -457,6 +454,18 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
     auto compute = [&](int job, Loads& L) { gateup_mma_job<Fmt, kJ, false>(a, S, xs, buf, job, tiles, nsteps, L); };
     run_jobs<Loads>(njobs, G, issue, stage_x, compute);
   }
+}
+#endif
+
+template <int Fmt, int Layout, int kJ>
+__global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
+#if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
+  extern __shared__ __attribute__((aligned(16))) uint16_t xs[];  // [T][D] f16, x * 2^-e_t
+  __shared__ GateUpMmaShared S;
+  grid_dependents_launch();
+  for (int tok = thread_id(); tok < a.T; tok += kThreads) S.xmax[tok] = 0;
+  build_routing(a, S.R);  // ends with a barrier
+  gateup_mma_blocks<Fmt, Layout, kJ>(a, S, xs);
 #else
   (void)a;
 #endif
@@ -622,15 +631,17 @@ struct DownMmaLoads {
   uint32_t b[2];                  // MXFP4: e8m0 bytes of the lane's vectors, rows g, g+8 (byte c: chunk c)
 };
 
-template <int Fmt, int Layout>
-__global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
-#if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
+#if defined(SMALLM_MMA_F16)
+// The block's share of the tensor-core down, on the routing R (built by the caller): its first two
+// jobs' W2 are loaded, then `wait_h()` (h complete and visible: the programmatic dependency on the
+// gate/up kernel, or the fused kernel's grid barrier), then h is staged and the jobs and the block's
+// slot sums run. dsm: ys [nloc][T*K][16], 2^e_p [T*K], h hi, h lo; written only after wait_h().
+template <int Fmt, int Layout, class WaitH>
+SMALLM_DEV void down_mma_blocks(const MoeArgs& a, const Routing& R, float* dsm, WaitH& wait_h) {
   using F = Format<Fmt>;
   constexpr bool kFp4 = Fmt == kMxfp4;
   constexpr int kCv = mma_step_values<Fmt>();  // values of I per chunk
   constexpr int rb = kDownMmaRows;
-  extern __shared__ __attribute__((aligned(16))) float dsm[];  // ys [nloc][T*K][16], 2^e_p [T*K], h hi, h lo
-  __shared__ Routing R;
   const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
   const int N = a.T * a.K, G = a.nblocks, b = block_id();
   const int nrb = a.D / rb;
@@ -640,7 +651,6 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
   const int hst = down_mma_hstride(a.I), nch = a.I / kCv, rowb2 = a.I / F::kRowBytesDiv;
   uint16_t* hhi = reinterpret_cast<uint16_t*>(hexp + down_mma_exp_floats(N));
   uint16_t* hlo = hhi + N * hst;
-  build_routing(a, R);
   const int nd = R.nd, njobs = nloc * nd;
   auto issue = [&](int jj, DownMmaLoads& L) {
     const int i = jj / nd, u = jj - i * nd;
@@ -672,7 +682,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
   DownMmaLoads p0, p1;
   if (w < njobs) issue(w, p0);
   if (w + kWarps < njobs) issue(w + kWarps, p1);
-  grid_dependency_wait();  // h comes from the gate/up kernel (and out may alias what it reads)
+  wait_h();  // h comes from the gate/up jobs (and out may alias what they read)
   // h -> hi/lo f16 halves, pair p (warp w takes p = w, w + 8, ...) scaled by 2^-e_p. Pairs without a
   // valid expert have no h and are never read. FP8: the lane takes values 128j + 4 lane + [0, 4);
   // MXFP4: 256j + 8 lane + [0, 8), stored in mxfp4_mma_order.
@@ -821,6 +831,59 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
   }
   block_sync();
   slot_sums(a, R, ys, nloc, rb);
+}
+#endif
+
+template <int Fmt, int Layout>
+__global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
+#if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
+  extern __shared__ __attribute__((aligned(16))) float dsm[];
+  __shared__ Routing R;
+  build_routing(a, R);
+  auto wait_h = [] { grid_dependency_wait(); };
+  down_mma_blocks<Fmt, Layout>(a, R, dsm, wait_h);
+#else
+  (void)a;
+#endif
+}
+
+// ------------------------------------------------------------------ both on tensor cores, one launch
+// The tensor-core gate/up and down in one cooperative launch (every block resident): each block runs
+// its gate/up jobs, loads its first down jobs' W2, and meets the others at one grid barrier (h then
+// complete); the down stage reuses the routing and the dynamic shared memory of the x stage. This
+// removes the second launch, its routing and the latency of its first W2 loads from the tail.
+// Grid barrier on two words of a.sync (zero before the first call, left zero/advanced after): the
+// last block to arrive resets the count and advances the generation the others wait on.
+SMALLM_DEV void grid_barrier(unsigned* count, unsigned* gen, unsigned nblocks) {
+  block_sync();  // the block's global writes (h) precede thread 0's release
+  if (thread_id() == 0) {
+    const unsigned g0 = load_acquire(gen);  // before arriving: gen cannot move until this block arrives
+    if (atomic_add_release(count, 1u) == nblocks - 1) {
+      store_relaxed(count, 0u);
+      signal_add(gen, 1u);
+    } else {
+      while (load_acquire(gen) == g0) pause();
+    }
+  }
+  block_sync();
+}
+
+// Dynamic shared memory of the fused kernel: the x stage, later reused by the down stage.
+__host__ __device__ inline int fused_mma_smem_bytes(int T, int D, int I, int K, int nloc) {
+  const int x = T * D * 2, d = down_mma_smem_bytes(T * K, I, nloc);
+  return x > d ? x : d;
+}
+
+template <int Fmt, int Layout, int kJ>
+__global__ void SMALLM_TP_BOUNDS(2) smallm_fused_mma_kernel(MoeArgs a) {
+#if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
+  extern __shared__ __attribute__((aligned(16))) float fsm[];  // x stage, then the down's ys / h stage
+  __shared__ GateUpMmaShared S;
+  for (int tok = thread_id(); tok < a.T; tok += kThreads) S.xmax[tok] = 0;
+  build_routing(a, S.R);  // ends with a barrier
+  gateup_mma_blocks<Fmt, Layout, kJ>(a, S, reinterpret_cast<uint16_t*>(fsm));
+  auto wait_h = [&] { grid_barrier(a.sync + kSyncBarCount, a.sync + kSyncBarGen, (unsigned)a.nblocks); };
+  down_mma_blocks<Fmt, Layout>(a, S.R, fsm, wait_h);
 #else
   (void)a;
 #endif

@@ -1,0 +1,26 @@
+#!/bin/bash
+# Sourced by the H200 job scripts written from the seventh session on (older ones keep their own
+# copy of this preamble: they are the recorded commands of their runs). Gives $OUT, $R, stamp, the
+# build, and the summaries printed last. Usage inside a job: source examples/h200_common.sh; build
+set -u
+OUT=${OUT:-/tmp/smallm_out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+R=$PWD
+t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+
+build() {  # the package for sm_90a (examples/h200_job.sh build); exits the job on failure
+  bash "$R/examples/h200_job.sh" build > "$OUT/job.log" 2>&1 || { tail -30 "$OUT/job.log"; exit 10; }
+}
+
+bench_summary() {  # bench_summary LOG...: one line per (shape, T): kernel us, floor, x floor
+  for f in "$@"; do echo "== $(basename "$f" .log)"; grep -E "kernel .* us" "$f" | \
+    sed -E 's/ +/ /g; s/ row_major//; s/ distinct=[ 0-9.]+//; s/roofline.*//; s/fp8_block128 //; s/mxfp4 //; s/MB kernel//'; done
+}
+
+peer_summary() {  # SGLang's Triton FP8 peer (.peer/run.sh), shipped config, per T
+  [ -e "$OUT/peer.log" ] && grep -E "T= *[0-9]+ shipped +jit +full" "$OUT/peer.log" | sed -E 's/ +/ /g' | cut -c1-45
+}
+
+pack() {  # everything under $OUT into one file (one file comes back)
+  (cd "$OUT" && tar czf /tmp/smallm_logs.tgz . && rm -rf ./* && mv /tmp/smallm_logs.tgz .)
+}
