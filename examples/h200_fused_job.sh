@@ -8,6 +8,9 @@ source examples/h200_common.sh
 T=${TOKENS:-1,2,4,8}
 build
 cd /tmp
+stamp smoke  # one case first: a launch error or a barrier that never opens ends the job here
+timeout 60 python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds 1 --shapes qwen35-tp4 --tokens 1 \
+  --formats fp8_block128 --layouts row_major > "$OUT/smoke.log" 2>&1 || { tail -20 "$OUT/smoke.log"; pack; exit 11; }
 stamp selftest
 timeout 200 python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds "${SEEDS:-5}" > "$OUT/selftest_default.log" 2>&1
 tail -1 "$OUT/selftest_default.log"; grep -E " (FAIL|fail)" "$OUT/selftest_default.log" | head -5
