@@ -1,6 +1,6 @@
 #!/bin/bash
 # One H200 job for the fused tensor-core MoE (smallm_fused_mma_kernel: gate/up and down in one
-# cooperative launch with a grid barrier) against the two launches (SMALLM_FUSED=0): build,
+# cooperative launch with a grid barrier) against the two launches (the default; SMALLM_FUSED=1 picks the fused one): build,
 # selftest moe (SEEDS seeds, default 5) and edge, optional GPU tests (TESTS=1) and compute-sanitizer
 # (MEMCHECK=1), `sglang-smallm bench` of FP8 and MXFP4 both ways (Qwen3.5 TP4/TP8, row-major), and
 # (PEER=1) SGLang's Triton FP8 peer (.peer/) at the same token counts. Carry [".peer"] for PEER=1.
@@ -28,7 +28,7 @@ fi
 stamp bench
 B="--shapes qwen35-tp4,qwen35-tp8 --layouts row_major --tokens $T"
 for f in ${FORMATS:-fp8_block128 mxfp4}; do
-  timeout 100 python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_${f}_fused" $B --formats $f > "$OUT/bench_${f}_fused.log" 2>&1
+  timeout 100 env SMALLM_FUSED=1 python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_${f}_fused" $B --formats $f > "$OUT/bench_${f}_fused.log" 2>&1
   timeout 100 env SMALLM_FUSED=0 python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_${f}_two" $B --formats $f > "$OUT/bench_${f}_two.log" 2>&1
 done
 if [ "${PEER:-0}" = 1 ]; then

@@ -267,17 +267,29 @@ struct GateUpMmaShared {
   int xmax[kMaxPairs];  // per token: max |x| (float bits), then 2^e_t (float bits)
 };
 
-// x -> f16 * 2^-e_t in shared memory xs [T][D]: per token, the max |x| (16-byte loads, warp
-// reduction, one shared atomic per warp), then 2^e_t with max|x| * 2^-e_t in [2^14, 2^15), then the
-// scaled copy (for MXFP4 every 8 values in mxfp4_mma_order). xmax must be zero on entry.
+// x -> shared memory xs [T][D] as it is (bf16), asynchronously: issued at kernel entry, so that its
+// latency hides behind the routing (staged after the first weight loads it took 3.5 us of the
+// gate/up's 13 at T = 1: examples/results "h200-timeline").
+SMALLM_DEV void stage_x_issue(const MoeArgs& a, uint16_t* xs) {
+  const int nv = a.T * a.D / 8;
+  for (int i = thread_id(); i < nv; i += kThreads) copy16_async(xs + 8 * i, a.x + 8 * i);
+  copy_async_commit();
+}
+
+// The staged bf16 x -> f16 * 2^-e_t in place: per token the max |x| (warp reduction, one shared
+// atomic per warp), then 2^e_t with max|x| * 2^-e_t in [2^14, 2^15), then the scaled values (for
+// MXFP4 every 8 in mxfp4_mma_order), each thread rewriting the vectors it read. xmax must be zero on
+// entry.
 template <bool kFp4>
-SMALLM_DEV void stage_x_f16(const MoeArgs& a, uint16_t* xs, int* xmax) {
+SMALLM_DEV void stage_x_finish(const MoeArgs& a, uint16_t* xs, int* xmax) {
   const int t = thread_id(), lane = lane_id();
   const int dv = a.D / 8;  // 16-byte vectors per token row
+  copy_async_wait();
+  block_sync();
   for (int tok = 0; tok < a.T; ++tok) {
     float mx = 0.0f;
     for (int i = t; i < dv; i += kThreads) {
-      const Vec16 v = load_cached(a.x + (size_t)tok * a.D + 8 * i);
+      const Vec16 v = *reinterpret_cast<const Vec16*>(xs + (size_t)tok * a.D + 8 * i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) mx = fmaxf(mx, fmaxf(fabsf(bf16_lo(v.w[k])), fabsf(bf16_hi(v.w[k]))));
     }
@@ -292,7 +304,8 @@ SMALLM_DEV void stage_x_f16(const MoeArgs& a, uint16_t* xs, int* xmax) {
   for (int tok = 0; tok < a.T; ++tok) {
     const float inv = exp2_int(127 - ((xmax[tok] >> 23) & 0xff));  // 2^-e
     for (int i = t; i < dv; i += kThreads) {
-      const Vec16 v = load_cached(a.x + (size_t)tok * a.D + 8 * i);
+      Vec16* xp = reinterpret_cast<Vec16*>(xs + (size_t)tok * a.D + 8 * i);
+      const Vec16 v = *xp;
       uint16_t hv[8];
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -306,7 +319,7 @@ SMALLM_DEV void stage_x_f16(const MoeArgs& a, uint16_t* xs, int* xmax) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) o.w[k] = (uint32_t)hv[2 * k] | ((uint32_t)hv[2 * k + 1] << 16);
       }
-      *reinterpret_cast<Vec16*>(xs + (size_t)tok * a.D + 8 * i) = o;
+      *xp = o;
     }
   }
   block_sync();
@@ -405,6 +418,7 @@ SMALLM_DEV void gateup_mma_blocks(const MoeArgs& a, GateUpMmaShared& S, uint16_t
   using Loads = GateUpMmaLoads<kJ>;
   const int lane = lane_id(), w = thread_id() / kWarp, g = lane >> 2, q = lane & 3;
   const Routing& R = S.R;
+  SMALLM_TL_MARK(0, kTlRouting);
   const int tiles = a.I / 4, njobs = R.nd * tiles, G = a.nblocks;
   const int rowb = a.D / F::kRowBytesDiv, nsteps = a.D / mma_step_values<Fmt>();
   auto issue = [&](int job, Loads& L) {
@@ -446,12 +460,21 @@ SMALLM_DEV void gateup_mma_blocks(const MoeArgs& a, GateUpMmaShared& S, uint16_t
     }
   };
   int buf = 0;
-  auto stage_x = [&] { stage_x_f16<kFp4>(a, xs, S.xmax); };  // after the first jobs' loads are issued
+  auto stage_x = [&] {  // after the first jobs' loads are issued
+    stage_x_finish<kFp4>(a, xs, S.xmax);
+    SMALLM_TL_MARK(0, kTlReady);
+  };
   if (kFp4 && nsteps == kWarps * kJ) {
-    auto compute = [&](int job, Loads& L) { gateup_mma_job<Fmt, kJ, true>(a, S, xs, buf, job, tiles, nsteps, L); };
+    auto compute = [&](int job, Loads& L) {
+      gateup_mma_job<Fmt, kJ, true>(a, S, xs, buf, job, tiles, nsteps, L);
+      SMALLM_TL_MARK(0, kTlJob0 + imin((job - block_id()) / G, 5));
+    };
     run_jobs<Loads>(njobs, G, issue, stage_x, compute);
   } else {
-    auto compute = [&](int job, Loads& L) { gateup_mma_job<Fmt, kJ, false>(a, S, xs, buf, job, tiles, nsteps, L); };
+    auto compute = [&](int job, Loads& L) {
+      gateup_mma_job<Fmt, kJ, false>(a, S, xs, buf, job, tiles, nsteps, L);
+      SMALLM_TL_MARK(0, kTlJob0 + imin((job - block_id()) / G, 5));
+    };
     run_jobs<Loads>(njobs, G, issue, stage_x, compute);
   }
 }
@@ -462,10 +485,13 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
 #if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
   extern __shared__ __attribute__((aligned(16))) uint16_t xs[];  // [T][D] f16, x * 2^-e_t
   __shared__ GateUpMmaShared S;
+  SMALLM_TL_ENTRY(0);
   grid_dependents_launch();
   for (int tok = thread_id(); tok < a.T; tok += kThreads) S.xmax[tok] = 0;
+  stage_x_issue(a, xs);
   build_routing(a, S.R);  // ends with a barrier
   gateup_mma_blocks<Fmt, Layout, kJ>(a, S, xs);
+  SMALLM_TL_EXIT(0);
 #else
   (void)a;
 #endif
@@ -637,7 +663,8 @@ struct DownMmaLoads {
 // gate/up kernel, or the fused kernel's grid barrier), then h is staged and the jobs and the block's
 // slot sums run. dsm: ys [nloc][T*K][16], 2^e_p [T*K], h hi, h lo; written only after wait_h().
 template <int Fmt, int Layout, class WaitH>
-SMALLM_DEV void down_mma_blocks(const MoeArgs& a, const Routing& R, float* dsm, WaitH& wait_h) {
+SMALLM_DEV void down_mma_blocks(const MoeArgs& a, const Routing& R, float* dsm, WaitH& wait_h, int tl) {
+  (void)tl;  // timeline kernel index (smallm_timeline.h)
   using F = Format<Fmt>;
   constexpr bool kFp4 = Fmt == kMxfp4;
   constexpr int kCv = mma_step_values<Fmt>();  // values of I per chunk
@@ -682,58 +709,77 @@ SMALLM_DEV void down_mma_blocks(const MoeArgs& a, const Routing& R, float* dsm, 
   DownMmaLoads p0, p1;
   if (w < njobs) issue(w, p0);
   if (w + kWarps < njobs) issue(w + kWarps, p1);
+  SMALLM_TL_MARK(tl, kTlDownIssued);
   wait_h();  // h comes from the gate/up jobs (and out may alias what they read)
+  SMALLM_TL_MARK(tl, kTlHReady);
   // h -> hi/lo f16 halves, pair p (warp w takes p = w, w + 8, ...) scaled by 2^-e_p. Pairs without a
   // valid expert have no h and are never read. FP8: the lane takes values 128j + 4 lane + [0, 4);
   // MXFP4: 256j + 8 lane + [0, 8), stored in mxfp4_mma_order.
   constexpr int kLv = kFp4 ? 8 : 4, kPass = kWarp * kLv;  // values per lane and pass; values per pass
   constexpr int kPasses = kDownMmaChunks * kCv / kPass;
-  for (int p = w; p < N; p += kWarps) {
-    if (R.id[p] < 0) continue;
-    const float* hp = a.h + (size_t)p * a.I;
-    float v[kPasses][kLv];
-    float mx = 0.0f;
+  // A warp loads kHGroup pairs' h before converting any (one round trip per group, not per pair:
+  // per pair they were 5.5 us at T = 8, examples/results "h200-timeline"), as many as the registers
+  // beside the two jobs' W2 hold without spilling.
+  constexpr int kHGroup = kFp4 ? 2 : 4;
+  for (int p0 = w; p0 < N; p0 += kWarps * kHGroup) {
+    float v[kHGroup][kPasses][kLv];
 #pragma unroll
-    for (int j = 0; j < kPasses; ++j) {
-      if (kPass * j + kLv * lane < a.I) {
+    for (int gi = 0; gi < kHGroup; ++gi) {
+      const int p = p0 + kWarps * gi;
+      if (p >= N || R.id[p] < 0) continue;  // pairs without a valid expert have no h and are never read
+      const float* hp = a.h + (size_t)p * a.I;
 #pragma unroll
-        for (int z = 0; z < kLv / 4; ++z) {
-          const float4 f = load_coherent4(hp + kPass * j + kLv * lane + 4 * z);
-          v[j][4 * z] = f.x;
-          v[j][4 * z + 1] = f.y;
-          v[j][4 * z + 2] = f.z;
-          v[j][4 * z + 3] = f.w;
+      for (int j = 0; j < kPasses; ++j) {
+        if (kPass * j + kLv * lane < a.I) {
+#pragma unroll
+          for (int z = 0; z < kLv / 4; ++z) {
+            const float4 f = load_coherent4(hp + kPass * j + kLv * lane + 4 * z);
+            v[gi][j][4 * z] = f.x;
+            v[gi][j][4 * z + 1] = f.y;
+            v[gi][j][4 * z + 2] = f.z;
+            v[gi][j][4 * z + 3] = f.w;
+          }
         }
-#pragma unroll
-        for (int k = 0; k < kLv; ++k) mx = fmaxf(mx, fabsf(v[j][k]));
       }
     }
-    for (int o = 1; o < kWarp; o <<= 1) mx = fmaxf(mx, shfl_xor(mx, o));
-    const int e = f16_stage_exponent(mx);
-    const float inv = exp2_int(-e);
-    if (lane == 0) hexp[p] = exp2_int(e);
 #pragma unroll
-    for (int j = 0; j < kPasses; ++j) {
-      if (kPass * j + kLv * lane < a.I) {
-        uint16_t hi[kLv], lo[kLv];
+    for (int gi = 0; gi < kHGroup; ++gi) {
+      const int p = p0 + kWarps * gi;
+      if (p >= N || R.id[p] < 0) continue;
+      float mx = 0.0f;
 #pragma unroll
-        for (int k = 0; k < kLv; ++k) {
-          const float f = v[j][k] * inv;
-          hi[k] = f32_to_f16(f);
-          lo[k] = f32_to_f16(f - f16_to_f32(hi[k]));
-        }
-        const int at = p * hst + kPass * j + kLv * lane;
-        if constexpr (kFp4) {
-          *reinterpret_cast<Vec16*>(hhi + at) = mxfp4_mma_order(hi);
-          *reinterpret_cast<Vec16*>(hlo + at) = mxfp4_mma_order(lo);
-        } else {
-          *reinterpret_cast<uint2*>(hhi + at) = make_uint2(hi[0] | ((uint32_t)hi[1] << 16), hi[2] | ((uint32_t)hi[3] << 16));
-          *reinterpret_cast<uint2*>(hlo + at) = make_uint2(lo[0] | ((uint32_t)lo[1] << 16), lo[2] | ((uint32_t)lo[3] << 16));
+      for (int j = 0; j < kPasses; ++j)
+        if (kPass * j + kLv * lane < a.I)
+#pragma unroll
+          for (int k = 0; k < kLv; ++k) mx = fmaxf(mx, fabsf(v[gi][j][k]));
+      for (int o = 1; o < kWarp; o <<= 1) mx = fmaxf(mx, shfl_xor(mx, o));
+      const int e = f16_stage_exponent(mx);
+      const float inv = exp2_int(-e);
+      if (lane == 0) hexp[p] = exp2_int(e);
+#pragma unroll
+      for (int j = 0; j < kPasses; ++j) {
+        if (kPass * j + kLv * lane < a.I) {
+          uint16_t hi[kLv], lo[kLv];
+#pragma unroll
+          for (int k = 0; k < kLv; ++k) {
+            const float f = v[gi][j][k] * inv;
+            hi[k] = f32_to_f16(f);
+            lo[k] = f32_to_f16(f - f16_to_f32(hi[k]));
+          }
+          const int at = p * hst + kPass * j + kLv * lane;
+          if constexpr (kFp4) {
+            *reinterpret_cast<Vec16*>(hhi + at) = mxfp4_mma_order(hi);
+            *reinterpret_cast<Vec16*>(hlo + at) = mxfp4_mma_order(lo);
+          } else {
+            *reinterpret_cast<uint2*>(hhi + at) = make_uint2(hi[0] | ((uint32_t)hi[1] << 16), hi[2] | ((uint32_t)hi[3] << 16));
+            *reinterpret_cast<uint2*>(hlo + at) = make_uint2(lo[0] | ((uint32_t)lo[1] << 16), lo[2] | ((uint32_t)lo[3] << 16));
+          }
         }
       }
     }
   }
   block_sync();
+  SMALLM_TL_MARK(tl, kTlHStaged);
   auto compute = [&](int jj, DownMmaLoads& L) {
     const int i = jj / nd, u = jj - i * nd;
     const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
@@ -830,7 +876,9 @@ SMALLM_DEV void down_mma_blocks(const MoeArgs& a, const Routing& R, float* dsm, 
     if (jj + 3 * kWarps < njobs) issue(jj + 3 * kWarps, p1);
   }
   block_sync();
+  SMALLM_TL_MARK(tl, kTlDownJobs);
   slot_sums(a, R, ys, nloc, rb);
+  SMALLM_TL_EXIT(tl);
 }
 #endif
 
@@ -839,9 +887,11 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
 #if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
   extern __shared__ __attribute__((aligned(16))) float dsm[];
   __shared__ Routing R;
+  SMALLM_TL_ENTRY(1);
   build_routing(a, R);
+  SMALLM_TL_MARK(1, kTlRouting);
   auto wait_h = [] { grid_dependency_wait(); };
-  down_mma_blocks<Fmt, Layout>(a, R, dsm, wait_h);
+  down_mma_blocks<Fmt, Layout>(a, R, dsm, wait_h, 1);
 #else
   (void)a;
 #endif
@@ -879,11 +929,13 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_fused_mma_kernel(MoeArgs a) {
 #if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
   extern __shared__ __attribute__((aligned(16))) float fsm[];  // x stage, then the down's ys / h stage
   __shared__ GateUpMmaShared S;
+  SMALLM_TL_ENTRY(0);
   for (int tok = thread_id(); tok < a.T; tok += kThreads) S.xmax[tok] = 0;
+  stage_x_issue(a, reinterpret_cast<uint16_t*>(fsm));
   build_routing(a, S.R);  // ends with a barrier
   gateup_mma_blocks<Fmt, Layout, kJ>(a, S, reinterpret_cast<uint16_t*>(fsm));
   auto wait_h = [&] { grid_barrier(a.sync + kSyncBarCount, a.sync + kSyncBarGen, (unsigned)a.nblocks); };
-  down_mma_blocks<Fmt, Layout>(a, S.R, fsm, wait_h);
+  down_mma_blocks<Fmt, Layout>(a, S.R, fsm, wait_h, 0);
 #else
   (void)a;
 #endif

@@ -33,6 +33,8 @@ void moe_fused(const at::Tensor& x, const at::Tensor& w13, const at::Tensor& w2,
             w2.element_size() == 1,
         "weights must be contiguous 1-byte tensors [E, 2I, Kbytes] and [E, D, Ibytes]");
   check(s13.is_contiguous() && s2.is_contiguous(), "scales must be contiguous");
+  for (const at::Tensor* t : {&x, &w13, &w2})
+    check(reinterpret_cast<uintptr_t>(t->data_ptr()) % 16 == 0, "x, w13 and w2 must be 16-byte aligned");
   const int64_t T = x.size(0), D = x.size(1), K = topk_ids.size(1), E = w13.size(0);
   const int64_t I = w13.size(1) / 2;
   check(topk_ids.size(0) == T, "topk_ids rows != tokens");

@@ -96,6 +96,13 @@ def _weights_ok(c: MoeCall) -> bool:
             and c.w13.shape[2] == D // div and tuple(c.w2.shape) == (E, D, I // div) and _contig(c.w13, c.w2))
 
 
+def _misaligned(c: MoeCall) -> list:
+    """Names of the tensors the kernel reads in 16-byte vectors whose data is not 16-byte aligned
+    (meta tensors, as `doctor` builds them, have no address and count as aligned)."""
+    return [n for n, t in (("x", c.x), ("w13", c.w13), ("w2", c.w2))
+            if t.device.type != "meta" and t.data_ptr() % 16]
+
+
 def _fp8_dtype_ok(c: MoeCall) -> bool:
     return c.weight_format != FP8_BLOCK128 or c.w13.dtype in (torch.float8_e4m3fn, torch.uint8)
 
@@ -125,6 +132,8 @@ RULES: Sequence[Rule] = (
          lambda c, a: f"topk ids {c.topk_ids.dtype} / weights {c.topk_weights.dtype} not contiguous int32 / fp32 of one shape"),
     Rule("weights", lambda c, a: _weights_ok(c),
          lambda c, a: f"weights {tuple(c.w13.shape)} {c.w13.dtype} / {tuple(c.w2.shape)} are not contiguous packed [E, 2I, D] / [E, D, I]"),
+    Rule("alignment", lambda c, a: not _misaligned(c),
+         lambda c, a: f"{', '.join(_misaligned(c))} not 16-byte aligned (the kernel reads 16-byte vectors)"),
     Rule("scales", lambda c, a: _fp8_scales_ok(c) if c.weight_format == FP8_BLOCK128 else _mxfp4_scales_ok(c),
          lambda c, a: (f"scales {None if c.w13_scale is None else tuple(c.w13_scale.shape)} / "
                        f"{None if c.w2_scale is None else tuple(c.w2_scale.shape)} are not contiguous "

@@ -92,6 +92,9 @@ CASES = {
     "bias": lambda d, q, c: (d, _with(q, b13=torch.zeros(9, 256)), c),
     "activation": lambda d, q, c: (d, q, _with(c, activation="gelu")),
     "x": lambda d, q, c: (_replace_dispatch(d, hidden_states=d.hidden_states.float()), q, c),
+    # contiguous bf16 whose data starts 2 bytes into its storage: not 16-byte aligned
+    "alignment": lambda d, q, c: (_replace_dispatch(d, hidden_states=torch.zeros(
+        d.hidden_states.numel() + 1, dtype=torch.bfloat16)[1:].view(d.hidden_states.shape)), q, c),
     "topk": lambda d, q, c: (_replace_dispatch(d, topk_output=d.topk_output._replace(topk_ids=d.topk_output.topk_ids.long())), q, c),
     "router_weight_on_input": lambda d, q, c: (d, q, _with(c, apply_router_weight_on_input=True)),
     "swiglu_params": lambda d, q, c: (d, q, _with(c, swiglu_limit=7.0)),

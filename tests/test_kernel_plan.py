@@ -68,9 +68,9 @@ def test_switches_and_other_targets(env):
     assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256) == "block kernel (variant 1)"
     assert kernels.kernel_plan("gfx950", "fp8_block128", 1, 11, 4096, 256) == "block kernel (variant 0)"  # 1: CUDA only
     env.setenv("SMALLM_KERNEL_VARIANT", "")
-    assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256).startswith("one launch (variant 5, fused")
-    env.setenv("SMALLM_FUSED", "0")
-    assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256).startswith("two-pass (variant 5, SMALLM_FUSED=0)")
+    assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256).startswith("two-pass (variant 5)")
+    env.setenv("SMALLM_FUSED", "1")
+    assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256).startswith("one launch (variant 5, SMALLM_FUSED=1")
     env.delenv("SMALLM_FUSED")
     env.setenv("SMALLM_MMA_DOWN", "0")
     assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256).endswith("down on CUDA cores (SMALLM_MMA_DOWN=0)")
