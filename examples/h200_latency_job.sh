@@ -3,7 +3,7 @@
 # kernel entry, routing by one warp for <= 32 pairs, h loaded in groups of pairs): build, a one-case
 # smoke test, selftest moe (SEEDS seeds, default 5) and edge, optional GPU tests (TESTS=1) and
 # compute-sanitizer (MEMCHECK=1), the timeline (examples/timeline), `sglang-smallm bench` of FP8 and
-# MXFP4 (Qwen3.5 TP4/TP8, row-major; FUSED=1 adds the SMALLM_FUSED=1 kernel), and (PEER=1) SGLang's
+# MXFP4 (Qwen3.5 TP4/TP8, row-major), and (PEER=1) SGLang's
 # Triton FP8 peer (.peer/) at the same token counts. Carry [".peer"] for PEER=1.
 source examples/h200_common.sh
 T=${TOKENS:-1,2,4,8}
@@ -36,8 +36,6 @@ stamp bench
 B="--shapes qwen35-tp4,qwen35-tp8 --layouts row_major --tokens $T"
 for f in ${FORMATS:-fp8_block128 mxfp4}; do
   timeout 100 python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_$f" $B --formats $f > "$OUT/bench_$f.log" 2>&1
-  [ "${FUSED:-0}" = 1 ] && timeout 100 env SMALLM_FUSED=1 python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_${f}_fused" \
-    $B --formats $f > "$OUT/bench_${f}_fused.log" 2>&1
 done
 if [ "${PEER:-0}" = 1 ]; then
   stamp peer

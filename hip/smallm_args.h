@@ -37,9 +37,7 @@ struct MoeArgs {
 // Counter layout inside MoeArgs::sync (unsigned words).
 constexpr int kSyncTicket = 0;
 constexpr int kSyncExit = 1;
-constexpr int kSyncBarCount = 2;  // the fused tensor-core kernel's grid barrier: arrivals
-constexpr int kSyncBarGen = 3;    // and its generation
-constexpr int kSyncDone1 = 4;
+constexpr int kSyncDone1 = 2;
 constexpr int kSyncUsed1 = kSyncDone1 + kMaxPairs;
 constexpr int kSyncTok = kSyncUsed1 + kMaxPairs;  // then [T, row ranges <= ceil(D / kMinRows2)]
 

@@ -152,12 +152,14 @@ struct Routing {
 // by a prefix sum over the leaders' counts, pairs in lane order. The general path below takes six
 // barriers, a table of E entries and shared atomics: about 1.8 us at T = 1 on the H200, on the
 // critical path of both kernels (examples/results "h200-timeline").
-SMALLM_DEV void build_routing_warp(const MoeArgs& a, Routing& R, int N) {
+template <class During>
+SMALLM_DEV void build_routing_warp(const MoeArgs& a, Routing& R, int N, During& during) {
   const int p = thread_id();
+  const int v = p < N ? a.topk_ids[p] : -1;
+  during();
   if (p < kWarp) {
     int e = -1;
     if (p < N) {
-      const int v = a.topk_ids[p];
       e = (v >= 0 && v < a.E) ? v : -1;
       R.id[p] = e;
     }
@@ -192,18 +194,23 @@ SMALLM_DEV void build_routing_warp(const MoeArgs& a, Routing& R, int N) {
 }
 #endif
 
-// Derive distinct experts (first-occurrence order) and their pair lists.
-SMALLM_DEV void build_routing(const MoeArgs& a, Routing& R) {
+// Derive distinct experts (first-occurrence order) and their pair lists. `during()` runs on every
+// thread once the expert ids are requested and before they are used (the gate/up issues its copy of
+// x there, behind the ids rather than ahead of them).
+template <class During>
+SMALLM_DEV void build_routing(const MoeArgs& a, Routing& R, During& during) {
   const int t = thread_id();
   const int N = a.T * a.K;
 #if !defined(SMALLM_HIP)
   if (N <= kWarp) {
-    build_routing_warp(a, R, N);
+    build_routing_warp(a, R, N, during);
     return;
   }
 #endif
+  const int v0 = t < N ? a.topk_ids[t] : -1;
+  during();
   for (int p = t; p < N; p += kThreads) {
-    const int e = a.topk_ids[p];
+    const int e = p == t ? v0 : a.topk_ids[p];
     R.id[p] = (e >= 0 && e < a.E) ? e : -1;
     R.ucnt[p] = 0;
     R.ufill[p] = 0;
@@ -264,6 +271,10 @@ SMALLM_DEV void build_routing(const MoeArgs& a, Routing& R) {
       R.plist[R.ucnt[u] + smem_atomic_add(&R.ufill[u], 1)] = p;
     }
   block_sync();
+}
+SMALLM_DEV void build_routing(const MoeArgs& a, Routing& R) {
+  auto nothing = [] {};
+  build_routing(a, R, nothing);
 }
 
 

@@ -22,9 +22,7 @@ SMALLM_TWOPASS(kMxfp4, kShuffle16x16)
 #define SMALLM_MMA(F, L)                                                  \
   template __global__ void smallm_gateup_mma_kernel<F, L, 4>(MoeArgs); \
   template __global__ void smallm_gateup_mma_kernel<F, L, 8>(MoeArgs); \
-  template __global__ void smallm_down_mma_kernel<F, L>(MoeArgs);    \
-  template __global__ void smallm_fused_mma_kernel<F, L, 4>(MoeArgs); \
-  template __global__ void smallm_fused_mma_kernel<F, L, 8>(MoeArgs);
+  template __global__ void smallm_down_mma_kernel<F, L>(MoeArgs);
 SMALLM_MMA(kFp8Block128, kRowMajor)
 SMALLM_MMA(kFp8Block128, kShuffle16x16)
 SMALLM_MMA(kMxfp4, kRowMajor)
@@ -103,11 +101,7 @@ bool env_switch_on(const char* name) {
   const char* v = getenv(name);
   return !(v && v[0] == '0');
 }
-// An opt-in switch: on only when set to a value starting with 1.
-bool env_switch_set(const char* name) {
-  const char* v = getenv(name);
-  return v && v[0] == '1';
-}
+
 
 template <int Fmt, int Layout, int Variant>
 int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
@@ -233,64 +227,16 @@ int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
 }
 #endif
 
-#if !defined(SMALLM_HIP)
-// Gate/up and down on tensor cores in one cooperative launch (smallm_fused_mma_kernel). The grid is
-// every resident block with the larger of the two stages' shared memory (the runtime refuses a
-// cooperative grid that cannot be resident at once). kFusedDeclined: the shape does not suit it (the
-// caller launches the two kernels); otherwise 0 or a runtime error code.
-constexpr int kFusedDeclined = -7;
-template <int Fmt, int Layout, int kJ>
-int launch_fused_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
-  using namespace smallm;
-  auto kernel = smallm_fused_mma_kernel<Fmt, Layout, kJ>;
-  static Capacity table[kMaxDevices];
-  static int raised[kMaxDevices] = {0};
-  MoeArgs a = a0;
-  const int N = a.T * a.K, nrb = a.D / kDownMmaRows;
-  const long pairs = (long)a.T * a.K;
-  const long gate_jobs = (pairs < a.E ? pairs : a.E) * (a.I / 4);
-  int capacity = 0, smem = 0;
-  a.nblocks = 0;
-  // Shared memory depends on the grid (row-blocks per block) and the grid on it: settle in a few steps.
-  int want = (int)(gate_jobs > nrb ? gate_jobs : nrb);
-  for (int step = 0; step < 4 && a.nblocks != want; ++step) {
-    a.nblocks = want;
-    smem = fused_mma_smem_bytes(a.T, a.D, a.I, a.K, down_local_blocks(nrb, a.nblocks));
-    if (down_ys_floats(N, kDownMmaRows, down_local_blocks(nrb, a.nblocks)) * 4 > kMaxYsBytes) return kFusedDeclined;
-    if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
-    if (const int err = resident_capacity(kernel, table, capacity, smem)) return err;
-    want = grid_blocks(want, capacity);
-  }
-  if (a.nblocks != want) return kFusedDeclined;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(a.nblocks);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return (int)cudaLaunchKernelEx(&cfg, kernel, a);
-}
-#endif
-
 template <int Fmt, int Layout>
 int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   using namespace smallm;
 #if !defined(SMALLM_HIP)
   // FP8 and MXFP4 on tensor cores unless SMALLM_MMA=0 (A/B runs): gate/up when x fits its f16 stage,
-  // down when h fits its stage; both in one cooperative launch with SMALLM_FUSED=1.
+  // down when h fits its stage.
   static const bool mma = env_switch_on("SMALLM_MMA");
   static const bool mma_down = env_switch_on("SMALLM_MMA_DOWN");  // 0: down on CUDA cores (A/B runs)
-  static const bool fused = env_switch_set("SMALLM_FUSED");       // 1: one launch (measured slower)
   if (mma && gateup_mma_fits<Fmt>(a.T, a.D)) {
     const bool j4 = a.D / mma_step_values<Fmt>() <= 4 * kWarps;
-    if (fused && mma_down && down_mma_fits<Fmt>(a.T * a.K, a.I)) {
-      const int rc = j4 ? launch_fused_mma<Fmt, Layout, 4>(a, stream) : launch_fused_mma<Fmt, Layout, 8>(a, stream);
-      if (rc != kFusedDeclined) return rc;
-    }
     const int err = j4 ? launch_gateup_mma<Fmt, Layout, 4>(a, stream) : launch_gateup_mma<Fmt, Layout, 8>(a, stream);
     if (err) return err;
     if (mma_down && down_mma_fits<Fmt>(a.T * a.K, a.I)) return launch_down_mma<Fmt, Layout>(a, stream);

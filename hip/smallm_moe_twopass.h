@@ -99,6 +99,27 @@ SMALLM_DEV void run_jobs(int njobs, int G, Issue& issue, Ready& ready, Compute& 
   }
 }
 
+// run_jobs with two register sets taken in turn instead of the copy cur = nxt: job j + 2 is issued
+// as soon as job j is computed, without waiting for job j + 1's weights to arrive (the copy waits for
+// them). Used by the tensor-core gate/up (examples/results "h200-timeline").
+template <class Loads, class Issue, class Ready, class Compute>
+SMALLM_DEV void run_jobs_alternating(int njobs, int G, Issue& issue, Ready& ready, Compute& compute) {
+  int job = block_id();
+  Loads A, B;
+  if (job < njobs) issue(job, A);
+  ready();
+  if (job + G < njobs) issue(job + G, B);
+  while (job < njobs) {
+    compute(job, A);
+    if (job + 2 * G < njobs) issue(job + 2 * G, A);
+    job += G;
+    if (job >= njobs) break;
+    compute(job, B);
+    if (job + 2 * G < njobs) issue(job + 2 * G, B);
+    job += G;
+  }
+}
+
 // Job (distinct expert u, tile): kRows/2 gate rows tile*kRows/2.. and the same up rows, over all
 // of K. Thread t holds row t % kRows at vectors t / kRows + (kThreads / kRows) j. As many blocks as
 // are resident; block b takes jobs b, b + G, ... and loads the next job's weights while it
@@ -267,9 +288,10 @@ struct GateUpMmaShared {
   int xmax[kMaxPairs];  // per token: max |x| (float bits), then 2^e_t (float bits)
 };
 
-// x -> shared memory xs [T][D] as it is (bf16), asynchronously: issued at kernel entry, so that its
-// latency hides behind the routing (staged after the first weight loads it took 3.5 us of the
-// gate/up's 13 at T = 1: examples/results "h200-timeline").
+// x -> shared memory xs [T][D] as it is (bf16), asynchronously: issued during the routing, right
+// after the expert ids are requested, so that its latency hides behind the routing (staged after
+// the first weight loads it took 3.5 us of the gate/up's 13 at T = 1: examples/results
+// "h200-timeline").
 SMALLM_DEV void stage_x_issue(const MoeArgs& a, uint16_t* xs) {
   const int nv = a.T * a.D / 8;
   for (int i = thread_id(); i < nv; i += kThreads) copy16_async(xs + 8 * i, a.x + 8 * i);
@@ -469,13 +491,13 @@ SMALLM_DEV void gateup_mma_blocks(const MoeArgs& a, GateUpMmaShared& S, uint16_t
       gateup_mma_job<Fmt, kJ, true>(a, S, xs, buf, job, tiles, nsteps, L);
       SMALLM_TL_MARK(0, kTlJob0 + imin((job - block_id()) / G, 5));
     };
-    run_jobs<Loads>(njobs, G, issue, stage_x, compute);
+    run_jobs_alternating<Loads>(njobs, G, issue, stage_x, compute);
   } else {
     auto compute = [&](int job, Loads& L) {
       gateup_mma_job<Fmt, kJ, false>(a, S, xs, buf, job, tiles, nsteps, L);
       SMALLM_TL_MARK(0, kTlJob0 + imin((job - block_id()) / G, 5));
     };
-    run_jobs<Loads>(njobs, G, issue, stage_x, compute);
+    run_jobs_alternating<Loads>(njobs, G, issue, stage_x, compute);
   }
 }
 #endif
@@ -488,8 +510,8 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
   SMALLM_TL_ENTRY(0);
   grid_dependents_launch();
   for (int tok = thread_id(); tok < a.T; tok += kThreads) S.xmax[tok] = 0;
-  stage_x_issue(a, xs);
-  build_routing(a, S.R);  // ends with a barrier
+  auto copy_x = [&] { stage_x_issue(a, xs); };
+  build_routing(a, S.R, copy_x);  // ends with a barrier
   gateup_mma_blocks<Fmt, Layout, kJ>(a, S, xs);
   SMALLM_TL_EXIT(0);
 #else
@@ -659,12 +681,10 @@ struct DownMmaLoads {
 
 #if defined(SMALLM_MMA_F16)
 // The block's share of the tensor-core down, on the routing R (built by the caller): its first two
-// jobs' W2 are loaded, then `wait_h()` (h complete and visible: the programmatic dependency on the
-// gate/up kernel, or the fused kernel's grid barrier), then h is staged and the jobs and the block's
-// slot sums run. dsm: ys [nloc][T*K][16], 2^e_p [T*K], h hi, h lo; written only after wait_h().
-template <int Fmt, int Layout, class WaitH>
-SMALLM_DEV void down_mma_blocks(const MoeArgs& a, const Routing& R, float* dsm, WaitH& wait_h, int tl) {
-  (void)tl;  // timeline kernel index (smallm_timeline.h)
+// jobs' W2 are loaded, then it waits for the gate/up kernel (h), stages h and runs the jobs and the
+// block's slot sums. dsm: ys [nloc][T*K][16], 2^e_p [T*K], h hi, h lo.
+template <int Fmt, int Layout>
+SMALLM_DEV void down_mma_blocks(const MoeArgs& a, const Routing& R, float* dsm) {
   using F = Format<Fmt>;
   constexpr bool kFp4 = Fmt == kMxfp4;
   constexpr int kCv = mma_step_values<Fmt>();  // values of I per chunk
@@ -709,9 +729,9 @@ SMALLM_DEV void down_mma_blocks(const MoeArgs& a, const Routing& R, float* dsm, 
   DownMmaLoads p0, p1;
   if (w < njobs) issue(w, p0);
   if (w + kWarps < njobs) issue(w + kWarps, p1);
-  SMALLM_TL_MARK(tl, kTlDownIssued);
-  wait_h();  // h comes from the gate/up jobs (and out may alias what they read)
-  SMALLM_TL_MARK(tl, kTlHReady);
+  SMALLM_TL_MARK(1, kTlDownIssued);
+  grid_dependency_wait();  // h comes from the gate/up kernel (and out may alias what it reads)
+  SMALLM_TL_MARK(1, kTlHReady);
   // h -> hi/lo f16 halves, pair p (warp w takes p = w, w + 8, ...) scaled by 2^-e_p. Pairs without a
   // valid expert have no h and are never read. FP8: the lane takes values 128j + 4 lane + [0, 4);
   // MXFP4: 256j + 8 lane + [0, 8), stored in mxfp4_mma_order.
@@ -779,7 +799,7 @@ SMALLM_DEV void down_mma_blocks(const MoeArgs& a, const Routing& R, float* dsm, 
     }
   }
   block_sync();
-  SMALLM_TL_MARK(tl, kTlHStaged);
+  SMALLM_TL_MARK(1, kTlHStaged);
   auto compute = [&](int jj, DownMmaLoads& L) {
     const int i = jj / nd, u = jj - i * nd;
     const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
@@ -876,9 +896,9 @@ SMALLM_DEV void down_mma_blocks(const MoeArgs& a, const Routing& R, float* dsm, 
     if (jj + 3 * kWarps < njobs) issue(jj + 3 * kWarps, p1);
   }
   block_sync();
-  SMALLM_TL_MARK(tl, kTlDownJobs);
+  SMALLM_TL_MARK(1, kTlDownJobs);
   slot_sums(a, R, ys, nloc, rb);
-  SMALLM_TL_EXIT(tl);
+  SMALLM_TL_EXIT(1);
 }
 #endif
 
@@ -890,52 +910,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
   SMALLM_TL_ENTRY(1);
   build_routing(a, R);
   SMALLM_TL_MARK(1, kTlRouting);
-  auto wait_h = [] { grid_dependency_wait(); };
-  down_mma_blocks<Fmt, Layout>(a, R, dsm, wait_h, 1);
-#else
-  (void)a;
-#endif
-}
-
-// ------------------------------------------------------------------ both on tensor cores, one launch
-// The tensor-core gate/up and down in one cooperative launch (every block resident): each block runs
-// its gate/up jobs, loads its first down jobs' W2, and meets the others at one grid barrier (h then
-// complete); the down stage reuses the routing and the dynamic shared memory of the x stage. This
-// removes the second launch, its routing and the latency of its first W2 loads from the tail.
-// Grid barrier on two words of a.sync (zero before the first call, left zero/advanced after): the
-// last block to arrive resets the count and advances the generation the others wait on.
-SMALLM_DEV void grid_barrier(unsigned* count, unsigned* gen, unsigned nblocks) {
-  block_sync();  // the block's global writes (h) precede thread 0's release
-  if (thread_id() == 0) {
-    const unsigned g0 = load_acquire(gen);  // before arriving: gen cannot move until this block arrives
-    if (atomic_add_release(count, 1u) == nblocks - 1) {
-      store_relaxed(count, 0u);
-      signal_add(gen, 1u);
-    } else {
-      while (load_acquire(gen) == g0) pause();
-    }
-  }
-  block_sync();
-}
-
-// Dynamic shared memory of the fused kernel: the x stage, later reused by the down stage.
-__host__ __device__ inline int fused_mma_smem_bytes(int T, int D, int I, int K, int nloc) {
-  const int x = T * D * 2, d = down_mma_smem_bytes(T * K, I, nloc);
-  return x > d ? x : d;
-}
-
-template <int Fmt, int Layout, int kJ>
-__global__ void SMALLM_TP_BOUNDS(2) smallm_fused_mma_kernel(MoeArgs a) {
-#if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
-  extern __shared__ __attribute__((aligned(16))) float fsm[];  // x stage, then the down's ys / h stage
-  __shared__ GateUpMmaShared S;
-  SMALLM_TL_ENTRY(0);
-  for (int tok = thread_id(); tok < a.T; tok += kThreads) S.xmax[tok] = 0;
-  stage_x_issue(a, reinterpret_cast<uint16_t*>(fsm));
-  build_routing(a, S.R);  // ends with a barrier
-  gateup_mma_blocks<Fmt, Layout, kJ>(a, S, reinterpret_cast<uint16_t*>(fsm));
-  auto wait_h = [&] { grid_barrier(a.sync + kSyncBarCount, a.sync + kSyncBarGen, (unsigned)a.nblocks); };
-  down_mma_blocks<Fmt, Layout>(a, S.R, fsm, wait_h, 0);
+  down_mma_blocks<Fmt, Layout>(a, R, dsm);
 #else
   (void)a;
 #endif

@@ -1,7 +1,7 @@
 // smallm_timeline.h: per-block phase timestamps for the timeline harness (examples/timeline/),
 // compiled in only with -DSMALLM_TIMELINE on CUDA; every mark is empty otherwise (the package never
-// defines it). Thread 0 of block b stores clock64() at mark m of kernel k (0: gate/up or fused,
-// 1: the down kernel of the two launches) and %globaltimer at its kernel's entry and exit, so the
+// defines it). Thread 0 of block b stores clock64() at mark m of kernel k (0: gate/up,
+// 1: down) and %globaltimer at its kernel's entry and exit, so the
 // harness can place every block's phases on one time axis.
 #pragma once
 

@@ -33,12 +33,9 @@ KERNEL_VARIANT = Switch("SMALLM_KERNEL_VARIANT", "",
 MMA = Switch("SMALLM_MMA", "1", "A/B switch (CUDA, variant 5): 0 computes FP8 and MXFP4 gate/up and down on CUDA cores, not tensor cores")
 MMA_DOWN = Switch("SMALLM_MMA_DOWN", "1",
                   "A/B switch (CUDA, variant 5): 0 computes the down projection on CUDA cores while gate/up stays on tensor cores")
-FUSED = Switch("SMALLM_FUSED", "0",
-               "A/B switch (CUDA, variant 5): 1 runs the tensor-core gate/up and down in one cooperative launch "
-               "with a grid barrier instead of two launches (measured slower: examples/results h200-timeline)")
 PDL = Switch("SMALLM_PDL", "1",
              "A/B switch (CUDA, variant 5): 0 launches the down kernel without programmatic dependent launch")
 X_PREFETCH = Switch("SMALLM_X_PREFETCH", "1",
                     "experiment (kernel launcher): 0 turns off copying the next item's activations early")
 
-ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, FUSED, PDL, X_PREFETCH)
+ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH)

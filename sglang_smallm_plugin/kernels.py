@@ -22,7 +22,7 @@ from .sort_gate import PATH_CODES
 logger = logging.getLogger("sglang_smallm")
 
 FORMAT_CODES = {FP8_BLOCK128: 0, MXFP4: 1}
-SYNC_FIXED_WORDS = 4 + 2 * MAX_PAIRS  # ticket, exit, barrier count, generation, done1[MAX_PAIRS], used1[MAX_PAIRS]
+SYNC_FIXED_WORDS = 2 + 2 * MAX_PAIRS  # ticket, exit, done1[MAX_PAIRS], used1[MAX_PAIRS]
 MIN_ROWS2 = 8  # fewest output rows per phase-2 item (hip/smallm_args.h kMinRows2)
 
 
@@ -39,8 +39,8 @@ VARIANTS = {
     "4": "removed (block kernel with phase 1 on tensor cores: not faster) [h200-mma-phase1]; "
          "the launcher runs the default",
     "5": "two streaming kernels: gate/up, then down + slot sum (programmatic dependent launch on sm_90); "
-         "FP8 and MXFP4 on CUDA run both on tensor cores where x and h fit their f16 stages (with SMALLM_FUSED=1 "
-         "in one cooperative launch with a grid barrier: slower) [h200-twopass, h200-mma-down, h200-timeline]",
+         "FP8 and MXFP4 on CUDA run both on tensor cores where x and h fit their f16 stages "
+         "[h200-twopass, h200-mma-down, h200-timeline]",
 }
 
 
@@ -101,9 +101,6 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int) -> str:
     elif h_bytes > H_STAGE_MMA_BYTES:
         down = f"down on CUDA cores (h as f16 halves is {h_bytes} B, over the {H_STAGE_MMA_BYTES} B stage)"
     else:
-        if envs.FUSED.get().strip().startswith("1"):
-            return ("one launch (variant 5, SMALLM_FUSED=1: a grid barrier between the stages): "
-                    "gate/up on tensor cores, down on tensor cores")
         down = "down on tensor cores"
     return f"two-pass (variant 5): gate/up on tensor cores, {down}"
 

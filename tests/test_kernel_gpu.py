@@ -63,7 +63,6 @@ def test_sort_matches_reference_exactly(case, seed):
     {"SMALLM_KERNEL_VARIANT": "5", "SMALLM_MMA": "0"},  # two kernels, gate/up and down on CUDA cores
     {"SMALLM_KERNEL_VARIANT": "5", "SMALLM_MMA_DOWN": "0"},  # gate/up on tensor cores, down on CUDA cores
     {"SMALLM_PDL": "0"},  # two kernels, plain stream-ordered launches
-    {"SMALLM_FUSED": "1"},  # gate/up and down on tensor cores in one cooperative launch (grid barrier)
 ], ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
 def test_kernel_variants_match_reference(switches):
     """Every kernel variant and A/B switch (read once per process, so in a child process): the same

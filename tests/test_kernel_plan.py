@@ -23,13 +23,13 @@ def test_constants_match_the_headers():
     assert kernels.X_STAGE_BYTES == _cpp_const("kXStageBytes")
     assert kernels.H_STAGE_MMA_BYTES == _cpp_const("kHStageMmaBytes")
     assert kernels.DOWN_MMA_CHUNKS == _cpp_const("kDownMmaChunks")
-    # the fixed counters of the sync workspace (ticket, exit, grid barrier) precede done1 and used1
+    # the fixed counters of the sync workspace (ticket, exit) precede done1 and used1
     assert kernels.SYNC_FIXED_WORDS == _cpp_const("kSyncDone1") + 2 * _cpp_const("kMaxPairs")
 
 
 @pytest.fixture
 def env(monkeypatch):
-    for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN", "SMALLM_FUSED"):
+    for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -68,10 +68,6 @@ def test_switches_and_other_targets(env):
     assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256) == "block kernel (variant 1)"
     assert kernels.kernel_plan("gfx950", "fp8_block128", 1, 11, 4096, 256) == "block kernel (variant 0)"  # 1: CUDA only
     env.setenv("SMALLM_KERNEL_VARIANT", "")
-    assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256).startswith("two-pass (variant 5)")
-    env.setenv("SMALLM_FUSED", "1")
-    assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256).startswith("one launch (variant 5, SMALLM_FUSED=1")
-    env.delenv("SMALLM_FUSED")
     env.setenv("SMALLM_MMA_DOWN", "0")
     assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256).endswith("down on CUDA cores (SMALLM_MMA_DOWN=0)")
     env.setenv("SMALLM_MMA", "0")
