@@ -83,7 +83,8 @@ constexpr int kMaxYsBytes = 96 * 1024;  // the launcher adds blocks until y fits
 // Jobs b, b + G, ... (< njobs) of block b, the next job's weights loaded while this one computes.
 // `ready` runs after the first job's loads are issued: block-wide work the jobs need but their
 // loads do not (x staging). (Two alternating register sets instead of the copy cur = nxt were
-// measured slower on the H200: examples/results "h200-mma-down" run 1.)
+// measured slower on the H200: examples/results "h200-mma-down" run 1, and again for the
+// tensor-core gate/up at 1 token in "h200-timeline" run 4.)
 template <class Loads, class Issue, class Ready, class Compute>
 SMALLM_DEV void run_jobs(int njobs, int G, Issue& issue, Ready& ready, Compute& compute) {
   int job = block_id();
@@ -96,27 +97,6 @@ SMALLM_DEV void run_jobs(int njobs, int G, Issue& issue, Ready& ready, Compute& 
     compute(job, cur);
     cur = nxt;
     job = jn;
-  }
-}
-
-// run_jobs with two register sets taken in turn instead of the copy cur = nxt: job j + 2 is issued
-// as soon as job j is computed, without waiting for job j + 1's weights to arrive (the copy waits for
-// them). Used by the tensor-core gate/up (examples/results "h200-timeline").
-template <class Loads, class Issue, class Ready, class Compute>
-SMALLM_DEV void run_jobs_alternating(int njobs, int G, Issue& issue, Ready& ready, Compute& compute) {
-  int job = block_id();
-  Loads A, B;
-  if (job < njobs) issue(job, A);
-  ready();
-  if (job + G < njobs) issue(job + G, B);
-  while (job < njobs) {
-    compute(job, A);
-    if (job + 2 * G < njobs) issue(job + 2 * G, A);
-    job += G;
-    if (job >= njobs) break;
-    compute(job, B);
-    if (job + 2 * G < njobs) issue(job + 2 * G, B);
-    job += G;
   }
 }
 
@@ -491,13 +471,13 @@ SMALLM_DEV void gateup_mma_blocks(const MoeArgs& a, GateUpMmaShared& S, uint16_t
       gateup_mma_job<Fmt, kJ, true>(a, S, xs, buf, job, tiles, nsteps, L);
       SMALLM_TL_MARK(0, kTlJob0 + imin((job - block_id()) / G, 5));
     };
-    run_jobs_alternating<Loads>(njobs, G, issue, stage_x, compute);
+    run_jobs<Loads>(njobs, G, issue, stage_x, compute);
   } else {
     auto compute = [&](int job, Loads& L) {
       gateup_mma_job<Fmt, kJ, false>(a, S, xs, buf, job, tiles, nsteps, L);
       SMALLM_TL_MARK(0, kTlJob0 + imin((job - block_id()) / G, 5));
     };
-    run_jobs_alternating<Loads>(njobs, G, issue, stage_x, compute);
+    run_jobs<Loads>(njobs, G, issue, stage_x, compute);
   }
 }
 #endif
