@@ -36,12 +36,13 @@ CAPS: Sequence[Cap] = (
     Cap("gfx950", MXFP4, 256, 40, "crossover vs AITER measured upstream on MI355X"),
     Cap("gfx950", MXFP4, None, 16, "not measured: conservative"),
     # H200, row-major weights (the Triton fallback's layout), against SGLang's Triton FP8 path as
-    # shipped, both in one job (examples/results/README.md, "h200-mma-down" run 3: the two kernels
-    # with gate/up and down on tensor cores): with I=128 faster at 1-8 tokens (65.4 vs 73.7 us at
-    # 8), slower at 10 (120.9 vs 83.5; 9 not measured); with I=256 faster at 1-4 (58.0 vs 63.0 us
-    # at 4), slower at 5 (70.7 vs 69.3). Shapes not measured against the peer do not use the kernel.
+    # shipped, both in one job (examples/results/README.md, "h200-timeline" run 5): faster at every
+    # token count 1-8 with I=256 (103.6 vs 107.6 us at 8; was 1-4 before the latency trims) and with
+    # I=128 (59.3 vs 73.6 at 8). Above 8 not measured again: the kernel lost at 12 in
+    # "h200-mxfp4-mma" run 7 (I=256 227 vs 134 us, I=128 108.5 vs 93.2) and 9-11 were never
+    # measured. Shapes not measured against the peer do not use the kernel.
     Cap("sm_90", FP8_BLOCK128, 128, 8, "H200 crossover vs SGLang Triton measured 2026-11-30"),
-    Cap("sm_90", FP8_BLOCK128, 256, 4, "H200 crossover vs SGLang Triton measured 2026-11-30"),
+    Cap("sm_90", FP8_BLOCK128, 256, 8, "H200 crossover vs SGLang Triton measured 2026-11-30"),
     Cap("sm_90", FP8_BLOCK128, None, 0, "H200: not measured against SGLang Triton at this I"),
     Cap("sm_90", MXFP4, None, 48, "no SGLang MXFP4 runner on CUDA; kernel-only path"),
 )

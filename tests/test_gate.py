@@ -135,7 +135,7 @@ def test_mi355x_default_caps():
     assert gate.token_cap("gfx950", "fp8_block128", 128, 11)[0] == 48
     assert gate.token_cap("gfx950", "mxfp4", 256, 11)[0] == 40
     assert gate.token_cap("gfx942", "fp8_block128", 256, 11)[0] == 0
-    assert gate.token_cap("sm_90", "fp8_block128", 256, 11)[0] == 4   # H200, measured vs SGLang Triton
+    assert gate.token_cap("sm_90", "fp8_block128", 256, 11)[0] == 8   # H200, measured vs SGLang Triton
     assert gate.token_cap("sm_90", "fp8_block128", 128, 11)[0] == 8
     assert gate.token_cap("sm_90", "fp8_block128", 384, 8)[0] == 0
 
