@@ -159,7 +159,7 @@ def test_selftest_tokens_include_the_device_cap():
     from sglang_smallm_plugin.shapes import SHAPES
 
     tp4, tp8 = SHAPES["qwen35-tp4"], SHAPES["qwen35-tp8"]
-    assert selftest.default_tokens(tp4, "fp8_block128", "sm_90") == [1, 3, 4, 8, 48]
+    assert selftest.default_tokens(tp4, "fp8_block128", "sm_90") == [1, 3, 8]
     assert selftest.default_tokens(tp8, "fp8_block128", "sm_90") == [1, 3, 8]
     assert selftest.default_tokens(tp4, "fp8_block128", "gfx950") == [1, 3, 8, 20]
     assert selftest.default_tokens(tp8, "mxfp4", "gfx950") == [1, 3, 8, 40]
