@@ -179,3 +179,16 @@ def test_mxfp4_tensor_core_kernels_use_mma(sm90a_ptx, kernel):
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in body
     assert "mul.rn.f16x2" in body
     assert "cvt.rn.f16x2.e4m3x2" not in body  # no FP8 conversion in the MXFP4 kernels
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
+def test_timeline_harness_builds_and_package_has_no_marks(sm90a_build, tmp_path):
+    """examples/timeline/timeline.cu (the per-block phase timeline) builds against the current
+    kernels with warnings as errors; the package build carries none of its marks."""
+    root = HIP.parent
+    r = subprocess.run([_nvcc(), "-arch=sm_90a", "-O3", "-std=c++17", "-Werror", "all-warnings", "-DSMALLM_TIMELINE",
+                        f"-I{HIP}", str(root / "examples" / "timeline" / "timeline.cu"), "-o", str(tmp_path / "timeline")],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    _, ptx = sm90a_build("smallm_moe")
+    assert ptx and "globaltimer" not in ptx and "g_tl_clock" not in ptx
