@@ -27,6 +27,20 @@ def test_constants_match_the_headers():
     assert kernels.SYNC_FIXED_WORDS == _cpp_const("kSyncDone1") + 2 * _cpp_const("kMaxPairs")
 
 
+def _format_elems(fmt_enum: str) -> int:
+    """kElems of `struct Format<fmt_enum>` in hip/smallm_moe.h."""
+    text = (HIP / "smallm_moe.h").read_text()
+    body = text[text.index(f"struct Format<{fmt_enum}> {{"):]
+    return int(re.search(r"static constexpr int kElems = (\d+);", body).group(1))
+
+
+def test_mma_step_values_match_the_headers():
+    # mma_step_values<Fmt>() = 4 * Format<Fmt>::kElems (hip/smallm_moe_twopass.h)
+    assert "return 4 * Format<Fmt>::kElems;" in (HIP / "smallm_moe_twopass.h").read_text()
+    assert kernels._mma_step_values("fp8_block128") == 4 * _format_elems("kFp8Block128")
+    assert kernels._mma_step_values("mxfp4") == 4 * _format_elems("kMxfp4")
+
+
 @pytest.fixture
 def env(monkeypatch):
     for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN"):
