@@ -36,12 +36,12 @@ CAPS: Sequence[Cap] = (
     Cap("gfx950", MXFP4, 256, 40, "crossover vs AITER measured upstream on MI355X"),
     Cap("gfx950", MXFP4, None, 16, "not measured: conservative"),
     # H200, row-major weights (the Triton fallback's layout), against SGLang's Triton FP8 path as
-    # shipped, both in one job (examples/results/README.md, "h200-timeline" run 5): faster at every
-    # token count 1-8 with I=256 (103.6 vs 107.6 us at 8; was 1-4 before the latency trims) and with
-    # I=128 (59.3 vs 73.6 at 8). Above 8 not measured again: the kernel lost at 12 in
-    # "h200-mxfp4-mma" run 7 (I=256 227 vs 134 us, I=128 108.5 vs 93.2) and 9-11 were never
-    # measured. Shapes not measured against the peer do not use the kernel.
-    Cap("sm_90", FP8_BLOCK128, 128, 8, "H200 crossover vs SGLang Triton measured 2026-11-30"),
+    # shipped, both in one job (examples/results/README.md, "h200-timeline" runs 5 and 7): with
+    # I=256 faster at every token count 1-8 (103.6 vs 107.6 us at 8; was 1-4 before the latency
+    # trims), slower at 9 (152.8 vs 109.4: h no longer fits the tensor-core down's stage); with
+    # I=128 faster at 1-10 (79.5 vs 83.0 at 10), slower at 11 (96.0 vs 88.0: x over 64 KB leaves
+    # one gate/up block per SM). Shapes not measured against the peer do not use the kernel.
+    Cap("sm_90", FP8_BLOCK128, 128, 10, "H200 crossover vs SGLang Triton measured 2026-11-30"),
     Cap("sm_90", FP8_BLOCK128, 256, 8, "H200 crossover vs SGLang Triton measured 2026-11-30"),
     Cap("sm_90", FP8_BLOCK128, None, 0, "H200: not measured against SGLang Triton at this I"),
     Cap("sm_90", MXFP4, None, 48, "no SGLang MXFP4 runner on CUDA; kernel-only path"),
