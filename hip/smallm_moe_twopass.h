@@ -261,7 +261,7 @@ struct GateUpMmaLoads {
 };
 
 #if defined(SMALLM_MMA_F16)
-// The shared memory of both tensor-core gate/up kernels besides the weights.
+// The static shared memory of the tensor-core gate/up kernel (x is in its dynamic shared memory).
 struct GateUpMmaShared {
   Routing R;
   float red[2][kWarps][kMmaPairs][8];
@@ -410,14 +410,19 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
 }
 #endif
 
-#if defined(SMALLM_MMA_F16)
-// The block's share of the tensor-core gate/up: jobs b, b + G, ... of the routing in S.R (built, with
-// S.xmax zeroed, by the caller), x staged in xs [T][D] f16 (x * 2^-e_t) after the first job's loads.
 template <int Fmt, int Layout, int kJ>
-SMALLM_DEV void gateup_mma_blocks(const MoeArgs& a, GateUpMmaShared& S, uint16_t* xs) {
+__global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
+#if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
   using F = Format<Fmt>;
   constexpr bool kFp4 = Fmt == kMxfp4;
   using Loads = GateUpMmaLoads<kJ>;
+  extern __shared__ __attribute__((aligned(16))) uint16_t xs[];  // [T][D] f16, x * 2^-e_t
+  __shared__ GateUpMmaShared S;
+  SMALLM_TL_ENTRY(0);
+  grid_dependents_launch();
+  for (int tok = thread_id(); tok < a.T; tok += kThreads) S.xmax[tok] = 0;
+  auto copy_x = [&] { stage_x_issue(a, xs); };
+  build_routing(a, S.R, copy_x);  // ends with a barrier
   const int lane = lane_id(), w = thread_id() / kWarp, g = lane >> 2, q = lane & 3;
   const Routing& R = S.R;
   SMALLM_TL_MARK(0, kTlRouting);
@@ -466,33 +471,17 @@ SMALLM_DEV void gateup_mma_blocks(const MoeArgs& a, GateUpMmaShared& S, uint16_t
     stage_x_finish<kFp4>(a, xs, S.xmax);
     SMALLM_TL_MARK(0, kTlReady);
   };
-  if (kFp4 && nsteps == kWarps * kJ) {
+  auto jobs = [&](auto full) {  // full = 1: every warp has all kJ steps (gateup_mma_job's kFull)
     auto compute = [&](int job, Loads& L) {
-      gateup_mma_job<Fmt, kJ, true>(a, S, xs, buf, job, tiles, nsteps, L);
+      gateup_mma_job<Fmt, kJ, decltype(full)::value != 0>(a, S, xs, buf, job, tiles, nsteps, L);
       SMALLM_TL_MARK(0, kTlJob0 + imin((job - block_id()) / G, 5));
     };
     run_jobs<Loads>(njobs, G, issue, stage_x, compute);
-  } else {
-    auto compute = [&](int job, Loads& L) {
-      gateup_mma_job<Fmt, kJ, false>(a, S, xs, buf, job, tiles, nsteps, L);
-      SMALLM_TL_MARK(0, kTlJob0 + imin((job - block_id()) / G, 5));
-    };
-    run_jobs<Loads>(njobs, G, issue, stage_x, compute);
-  }
-}
-#endif
-
-template <int Fmt, int Layout, int kJ>
-__global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
-#if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
-  extern __shared__ __attribute__((aligned(16))) uint16_t xs[];  // [T][D] f16, x * 2^-e_t
-  __shared__ GateUpMmaShared S;
-  SMALLM_TL_ENTRY(0);
-  grid_dependents_launch();
-  for (int tok = thread_id(); tok < a.T; tok += kThreads) S.xmax[tok] = 0;
-  auto copy_x = [&] { stage_x_issue(a, xs); };
-  build_routing(a, S.R, copy_x);  // ends with a barrier
-  gateup_mma_blocks<Fmt, Layout, kJ>(a, S, xs);
+  };
+  if (kFp4 && nsteps == kWarps * kJ)
+    jobs(IntC<1>{});
+  else
+    jobs(IntC<0>{});
   SMALLM_TL_EXIT(0);
 #else
   (void)a;
@@ -659,16 +648,18 @@ struct DownMmaLoads {
   uint32_t b[2];                  // MXFP4: e8m0 bytes of the lane's vectors, rows g, g+8 (byte c: chunk c)
 };
 
-#if defined(SMALLM_MMA_F16)
-// The block's share of the tensor-core down, on the routing R (built by the caller): its first two
-// jobs' W2 are loaded, then it waits for the gate/up kernel (h), stages h and runs the jobs and the
-// block's slot sums. dsm: ys [nloc][T*K][16], 2^e_p [T*K], h hi, h lo.
 template <int Fmt, int Layout>
-SMALLM_DEV void down_mma_blocks(const MoeArgs& a, const Routing& R, float* dsm) {
+__global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
+#if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
   using F = Format<Fmt>;
   constexpr bool kFp4 = Fmt == kMxfp4;
   constexpr int kCv = mma_step_values<Fmt>();  // values of I per chunk
   constexpr int rb = kDownMmaRows;
+  extern __shared__ __attribute__((aligned(16))) float dsm[];  // ys [nloc][T*K][16], 2^e_p [T*K], h hi, h lo
+  __shared__ Routing R;
+  SMALLM_TL_ENTRY(1);
+  build_routing(a, R);
+  SMALLM_TL_MARK(1, kTlRouting);
   const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
   const int N = a.T * a.K, G = a.nblocks, b = block_id();
   const int nrb = a.D / rb;
@@ -879,18 +870,6 @@ SMALLM_DEV void down_mma_blocks(const MoeArgs& a, const Routing& R, float* dsm) 
   SMALLM_TL_MARK(1, kTlDownJobs);
   slot_sums(a, R, ys, nloc, rb);
   SMALLM_TL_EXIT(1);
-}
-#endif
-
-template <int Fmt, int Layout>
-__global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
-#if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
-  extern __shared__ __attribute__((aligned(16))) float dsm[];
-  __shared__ Routing R;
-  SMALLM_TL_ENTRY(1);
-  build_routing(a, R);
-  SMALLM_TL_MARK(1, kTlRouting);
-  down_mma_blocks<Fmt, Layout>(a, R, dsm);
 #else
   (void)a;
 #endif
