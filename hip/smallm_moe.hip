@@ -102,7 +102,6 @@ bool env_switch_on(const char* name) {
   return !(v && v[0] == '0');
 }
 
-
 template <int Fmt, int Layout, int Variant>
 int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
   static Capacity table[kMaxDevices];
