@@ -1,0 +1,104 @@
+#!/bin/bash
+# One H200 job comparing the kernels of this tree with a baseline tree, side by side on one machine:
+# the timeline harness (examples/timeline) built from both, run in turn (base, new, base, new) on
+# the same cases; then the package built from this tree and its selftest. The baseline is a copy of
+# hip/ and examples/timeline/ from an earlier commit, made here beforehand and carried:
+#   mkdir -p .ab/base && git archive <commit> hip examples/timeline | tar -x -C .ab/base
+# and the device call takes carry [".ab"] (with ".peer" for PEER=1).
+# Switches: CASES ("FMT T I" items, ';'-separated), ITERS, NEW_ENVS (';'-separated environment
+# settings, e.g. "SMALLM_BULK_H=0": each one more column, this tree run with it), SELFTEST=1 (moe at
+# SEEDS seeds and TOKENS, and edge), MEMCHECK=1 (compute-sanitizer on selftest at 1 and 8 tokens),
+# BENCH=1 (`sglang-smallm bench` at TOKENS: FP8 and MXFP4, Qwen3.5 TP4/TP8 row-major; BENCH_AB=1 also
+# builds the package from the baseline's hip/ into /tmp/basepkg and benches it beside this tree's,
+# and this tree with each of NEW_ENVS), PEER=1 (.peer/run.sh at TOKENS), LOADPATTERN=1
+# (examples/loadpattern: the gate/up's weight loads alone, by access pattern).
+source examples/h200_common.sh
+BASE=${AB_BASE:-$R/.ab/base}
+CASES=${CASES:-0 1 256;0 4 256;0 8 256;1 1 256;1 8 256;0 1 128;0 8 128;0 10 128}
+T=${TOKENS:-1,3,4,8,10}
+[ -d "$BASE/hip" ] || { echo "no baseline at $BASE (see the header)"; exit 2; }
+TLB="nvcc -std=c++17 -arch=sm_90a -O3 -DSMALLM_TIMELINE"
+( $TLB -I"$BASE/hip" "$BASE/examples/timeline/timeline.cu" -o /tmp/timeline_base > "$OUT/timeline_base_build.log" 2>&1 ) &
+( $TLB -Ihip examples/timeline/timeline.cu -o /tmp/timeline_new > "$OUT/timeline_new_build.log" 2>&1 ) &
+if [ "${BENCH_AB:-0}" = 1 ]; then  # the baseline package: this tree with the baseline's hip/
+  ( rm -rf /tmp/basesrc && mkdir -p /tmp/basesrc && cp -r "$R"/pyproject.toml "$R"/setup.py "$R"/sglang_smallm_plugin "$R"/README.md /tmp/basesrc/ \
+    && cp -r "$BASE/hip" /tmp/basesrc/hip && cd /tmp/basesrc && MAX_JOBS=8 SGLANG_SMALLM_BUILD=1 python3 -m pip install -q \
+    --no-build-isolation --no-deps --no-index --target /tmp/basepkg . > "$OUT/base_build.log" 2>&1 ) &
+fi
+[ "${LOADPATTERN:-0}" = 1 ] && ( nvcc -std=c++17 -arch=sm_90a -O3 examples/loadpattern/loadpattern.cu -o /tmp/loadpattern > "$OUT/loadpattern_build.log" 2>&1 ) &
+build
+wait
+if [ "${LOADPATTERN:-0}" = 1 ]; then
+  stamp loadpattern
+  timeout 240 /tmp/loadpattern 200 > "$OUT/loadpattern.log" 2>&1
+fi
+[ -x /tmp/timeline_base ] && [ -x /tmp/timeline_new ] || { tail -20 "$OUT"/timeline_*_build.log; pack; exit 12; }
+stamp timeline
+IFS=';' read -ra cs <<< "$CASES"
+IFS=';' read -ra envs <<< "${NEW_ENVS:-}"
+for c in "${cs[@]}"; do
+  for round in 1 2; do
+    for which in base new; do
+      echo "## $which round $round: $c"; timeout 60 /tmp/timeline_$which $c "${ITERS:-60}" 2>&1
+    done
+    for ev in "${envs[@]}"; do
+      echo "## new[$ev] round $round: $c"; timeout 60 env $ev /tmp/timeline_new $c "${ITERS:-60}" 2>&1
+    done
+  done
+done > "$OUT/timeline_ab.log"
+cd /tmp
+if [ "${SELFTEST:-1}" = 1 ]; then
+  stamp selftest
+  timeout 240 python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds "${SEEDS:-2}" --tokens "$T" \
+    > "$OUT/selftest_moe.log" 2>&1
+  tail -1 "$OUT/selftest_moe.log"; grep -E " (FAIL|fail)" "$OUT/selftest_moe.log" | head -5
+  timeout 60 python3 -m sglang_smallm_plugin.cli selftest --what edge > "$OUT/selftest_edge.log" 2>&1; tail -1 "$OUT/selftest_edge.log"
+fi
+if [ "${MEMCHECK:-0}" = 1 ]; then
+  stamp memcheck
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
+    selftest --what moe --seeds 1 --shapes qwen35-tp4,qwen35-tp8,minimax-m3 --tokens 1,8 > "$OUT/sanitize.log" 2>&1
+  grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize.log"
+fi
+bench_tree() {  # bench_tree NAME [ENV...]: FP8 and MXFP4 benches of the installed package (or PYTHONPATH's)
+  local name=$1; shift
+  B="--shapes qwen35-tp4,qwen35-tp8 --layouts row_major --tokens $T"
+  timeout 150 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_fp8_block128_$name" $B \
+    --formats fp8_block128 > "$OUT/bench_fp8_block128_$name.log" 2>&1
+  timeout 120 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_mxfp4_$name" $B --formats mxfp4 \
+    > "$OUT/bench_mxfp4_$name.log" 2>&1
+}
+if [ "${BENCH:-0}" = 1 ]; then
+  stamp bench
+  bench_tree new
+  if [ "${BENCH_AB:-0}" = 1 ]; then
+    if [ -d /tmp/basepkg/sglang_smallm_plugin ]; then bench_tree base PYTHONPATH=/tmp/basepkg; else tail -5 "$OUT/base_build.log"; fi
+    for ev in "${envs[@]}"; do bench_tree "new_$ev" "$ev"; done
+  fi
+fi
+if [ "${PEER:-0}" = 1 ]; then
+  stamp peer
+  cd "$R"; timeout 200 env OUT=$OUT/peer bash .peer/run.sh --tokens $T > "$OUT/peer.log" 2>&1
+fi
+stamp done
+# per case: event time per call (us, median incl. launch) of base and new, each round
+python3 - "$OUT/timeline_ab.log" <<'EOF'
+import re, sys, collections
+t = collections.defaultdict(list); case = None
+for line in open(sys.argv[1]):
+    m = re.match(r"## (\S+) round \d+: (.*)", line)
+    if m: case = (m.group(2), m.group(1)); continue
+    m = re.search(r"event time per call ([0-9.]+) us", line)
+    if m and case: t[case].append(float(m.group(1)))
+names = list(dict.fromkeys(k[1] for k in t))
+print("us per call (min of rounds; median of iterations incl. launch), and / base")
+print(f"{'case (fmt T I)':16s}" + "".join(f"{n[:22]:>24s}" for n in names))
+for c in dict.fromkeys(k[0] for k in t):
+    b = min(t[(c, "base")]) if t[(c, "base")] else float("nan")
+    row = "".join(f"{min(t[(c, n)]):12.1f} ({min(t[(c, n)]) / b:5.3f})   " if t[(c, n)] else f"{'-':>24s}" for n in names)
+    print(f"{c:16s}{row}")
+EOF
+[ -e "$OUT/loadpattern.log" ] && cat "$OUT/loadpattern.log"
+ls "$OUT"/bench_*.log > /dev/null 2>&1 && bench_summary "$OUT"/bench_*.log
+peer_summary
+pack
