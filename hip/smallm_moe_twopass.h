@@ -348,13 +348,14 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
     const bool live = g < mc;
     const uint16_t* xr = xs + (size_t)(R.plist[beg + m0 + (live ? g : 0)] / a.K) * a.D + q * F::kElems;
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int j = 0; j < kJ; ++j) {
+    auto step = [&](auto J) {  // step st = w + 8 j of this warp, known to exist
+      constexpr int j = decltype(J)::value;
       const int st = w + kWarps * j;
-      if (kFull || st < nsteps) {
+      {
         opaque(L.v[j]);
-        float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if constexpr (kFp4) {
+          float cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           const int rmax = quad_max((int)L.b[j]);  // R of row g (this quad)
           const uint32_t fac = f16x2_pow2((int)L.b[j] - rmax + 15);
           const int r0 = __shfl_sync(0xffffffffu, rmax, 8 * q), r1 = __shfl_sync(0xffffffffu, rmax, 8 * q + 4);
@@ -385,6 +386,27 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
           c[1] = ffma(L.s[j], cs[1], c[1]);
         }
       }
+    };
+    if constexpr (kFp4) {
+      auto guarded = [&](auto J) {
+        if (kFull || w + kWarps * decltype(J)::value < nsteps) step(J);
+      };
+      StaticFor<0, kJ>::run(guarded);
+    } else {
+      // FP8: steps in pairs under one guard, so that the two steps' MMA chains (each 4 deep, on its
+      // own accumulators) interleave; a guard per step made every step wait for the one before (the
+      // block's first job spent 1.7 us in its MMAs at T = 1, examples/results "h200-ab" run 8). The
+      // sums into c keep the step order, so the result is the same to the bit.
+      auto pairs = [&](auto P) {
+        constexpr int j0 = 2 * decltype(P)::value;
+        if (kFull || w + kWarps * (j0 + 1) < nsteps) {
+          step(IntC<j0>{});
+          step(IntC<j0 + 1>{});
+        } else if (w + kWarps * j0 < nsteps) {
+          step(IntC<j0>{});
+        }
+      };
+      StaticFor<0, kJ / 2>::run(pairs);
     }
     // c[0], c[1]: pair g, rows 2q, 2q+1 of the job (0-3 gate, 4-7 up); c[2], c[3] (pairs g+8) are zero.
     if (live) {
@@ -818,7 +840,8 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
 #pragma unroll
         for (int kb = 0; kb < kDownMmaChunks / 2; ++kb) {
           if (2 * kb < nch) {
-            float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            // h's hi and lo halves accumulate in two chains (8 MMAs deep, not 16), as for MXFP4
+            float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int cc = 0; cc < 2; ++cc) {
               const int ch = 2 * kb + cc;
@@ -839,11 +862,11 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
                 const uint32_t a1 = e4m3x2_to_f16x2(wg8), a3 = e4m3x2_to_f16x2(wg8 >> 16);
                 const int z = mi / 2, wd = 2 * (mi % 2);  // h values 4mi..4mi+3: words 2mi, 2mi+1
                 mma_f16_16x8x16(cs, a0, a1, a2, a3, bh[z].w[wd], bh[z].w[wd + 1]);
-                mma_f16_16x8x16(cs, a0, a1, a2, a3, bl[z].w[wd], bl[z].w[wd + 1]);
+                mma_f16_16x8x16(cl, a0, a1, a2, a3, bl[z].w[wd], bl[z].w[wd + 1]);
               }
             }
 #pragma unroll
-            for (int r = 0; r < 4; ++r) c[r] = ffma(L.s[kb], cs[r], c[r]);
+            for (int r = 0; r < 4; ++r) c[r] = ffma(L.s[kb], cs[r] + cl[r], c[r]);
           }
         }
       }

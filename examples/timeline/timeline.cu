@@ -29,8 +29,9 @@ __global__ void fill_f32(float* p, size_t n, float v) {
 static const char* mark_name(int m) {
   static const char* names[] = {"entry", "routing built", "x staged", "gate/up job 0 done", "gate/up job 1 done",
                                 "gate/up job 2 done", "gate/up job 3 done", "gate/up job 4 done", "gate/up job 5+ done",
-                                "down W2 issued", "h ready (wait)", "h staged", "down jobs done", "exit"};
-  return m < 14 ? names[m] : "?";
+                                "down W2 issued", "h ready (wait)", "h staged", "down jobs done", "exit",
+                                "job 0: weights in", "job 0: MMAs done"};
+  return m < 16 ? names[m] : "?";
 }
 
 int main(int argc, char** argv) {
