@@ -192,3 +192,16 @@ def test_timeline_harness_builds_and_package_has_no_marks(sm90a_build, tmp_path)
     assert r.returncode == 0, r.stderr[-4000:]
     _, ptx = sm90a_build("smallm_moe")
     assert ptx and "globaltimer" not in ptx and "g_tl_clock" not in ptx
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
+def test_loadpattern_harness_builds(tmp_path):
+    """examples/loadpattern/loadpattern.cu (the gate/up's weight loads alone, recorded in
+    examples/results "h200-ab") builds for sm_90a with warnings as errors and without spills."""
+    root = HIP.parent
+    r = subprocess.run([_nvcc(), "-arch=sm_90a", "-O3", "-std=c++17", "-Werror", "all-warnings", "-Xptxas", "-v",
+                        str(root / "examples" / "loadpattern" / "loadpattern.cu"), "-o", str(tmp_path / "loadpattern")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    spills = [line for line in r.stderr.splitlines() if "spill" in line and " 0 bytes spill stores" not in line]
+    assert not spills, spills

@@ -1,0 +1,39 @@
+"""The H200 job scripts under examples/ parse, and the A/B job's summary reads the timeline log it writes."""
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((ROOT / "examples").rglob("*.sh"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[str(p.relative_to(ROOT)) for p in SCRIPTS])
+def test_job_script_parses(script):
+    r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def _ab_summary_source() -> str:
+    text = (ROOT / "examples" / "h200_ab_job.sh").read_text()
+    body = text.split("<<'EOF'\n", 1)[1]
+    return body.split("\nEOF", 1)[0]
+
+
+def test_ab_summary_takes_min_over_rounds_and_divides_by_base(tmp_path):
+    log = tmp_path / "timeline_ab.log"
+    lines = []
+    for rnd, (b, n, e) in enumerate([(20.0, 19.0, 21.0), (22.0, 18.0, 20.0)], 1):
+        for name, us in (("base", b), ("new", n), ("new[SMALLM_PDL=0]", e)):
+            lines += [f"## {name} round {rnd}: 0 1 256",
+                      f"timeline fmt=fp8 T=1 I=256 iters=40  clock 1.8 GHz  event time per call {us} us (median, incl. launch)"]
+    log.write_text("\n".join(lines) + "\n")
+    src = tmp_path / "summary.py"
+    src.write_text(_ab_summary_source())
+    r = subprocess.run([sys.executable, str(src), str(log)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    header, row = r.stdout.splitlines()[1], r.stdout.splitlines()[2]
+    assert header.split()[-3:] == ["base", "new", "new[SMALLM_PDL=0]"]
+    assert row.startswith("0 1 256")
+    assert "20.0 (1.000)" in row and "18.0 (0.900)" in row and "20.0 (1.000)" in row.split(")", 2)[-1]
