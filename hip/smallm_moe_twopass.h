@@ -351,40 +351,38 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
     auto step = [&](auto J) {  // step st = w + 8 j of this warp, known to exist
       constexpr int j = decltype(J)::value;
       const int st = w + kWarps * j;
-      {
-        opaque(L.v[j]);
-        float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if constexpr (kFp4) {
-          float cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          const int rmax = quad_max((int)L.b[j]);  // R of row g (this quad)
-          const uint32_t fac = f16x2_pow2((int)L.b[j] - rmax + 15);
-          const int r0 = __shfl_sync(0xffffffffu, rmax, 8 * q), r1 = __shfl_sync(0xffffffffu, rmax, 8 * q + 4);
+      opaque(L.v[j]);
+      float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if constexpr (kFp4) {
+        float cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const int rmax = quad_max((int)L.b[j]);  // R of row g (this quad)
+        const uint32_t fac = f16x2_pow2((int)L.b[j] - rmax + 15);
+        const int r0 = __shfl_sync(0xffffffffu, rmax, 8 * q), r1 = __shfl_sync(0xffffffffu, rmax, 8 * q + 4);
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            Vec16 xv{};
-            if (live) xv = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8 * i);
-            uint32_t p[4];
-            e2m1x8_to_f16x2(L.v[j].w[i], p);
-            mma_f16_16x8x16(cs, xv.w[0], 0u, xv.w[1], 0u, hmul2(p[0], fac), hmul2(p[1], fac));
-            mma_f16_16x8x16(cs2, xv.w[2], 0u, xv.w[3], 0u, hmul2(p[2], fac), hmul2(p[3], fac));
-          }
-          c[0] = ffma(e8m0_half_to_f32(r0), cs[0] + cs2[0], c[0]);  // C columns 2q, 2q+1: rows of quads 2q, 2q+1
-          c[1] = ffma(e8m0_half_to_f32(r1), cs[1] + cs2[1], c[1]);
-        } else {
-          Vec16 x0{}, x1{};
-          if (live) {
-            x0 = *reinterpret_cast<const Vec16*>(xr + st * kSv);
-            x1 = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8);
-          }
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const uint32_t a0 = i < 2 ? x0.w[2 * i] : x1.w[2 * i - 4];
-            const uint32_t a2 = i < 2 ? x0.w[2 * i + 1] : x1.w[2 * i - 3];
-            mma_f16_16x8x16(cs, a0, 0u, a2, 0u, e4m3x2_to_f16x2(L.v[j].w[i]), e4m3x2_to_f16x2(L.v[j].w[i] >> 16));
-          }
-          c[0] = ffma(L.s[j], cs[0], c[0]);
-          c[1] = ffma(L.s[j], cs[1], c[1]);
+        for (int i = 0; i < 4; ++i) {
+          Vec16 xv{};
+          if (live) xv = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8 * i);
+          uint32_t p[4];
+          e2m1x8_to_f16x2(L.v[j].w[i], p);
+          mma_f16_16x8x16(cs, xv.w[0], 0u, xv.w[1], 0u, hmul2(p[0], fac), hmul2(p[1], fac));
+          mma_f16_16x8x16(cs2, xv.w[2], 0u, xv.w[3], 0u, hmul2(p[2], fac), hmul2(p[3], fac));
         }
+        c[0] = ffma(e8m0_half_to_f32(r0), cs[0] + cs2[0], c[0]);  // C columns 2q, 2q+1: rows of quads 2q, 2q+1
+        c[1] = ffma(e8m0_half_to_f32(r1), cs[1] + cs2[1], c[1]);
+      } else {
+        Vec16 x0{}, x1{};
+        if (live) {
+          x0 = *reinterpret_cast<const Vec16*>(xr + st * kSv);
+          x1 = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t a0 = i < 2 ? x0.w[2 * i] : x1.w[2 * i - 4];
+          const uint32_t a2 = i < 2 ? x0.w[2 * i + 1] : x1.w[2 * i - 3];
+          mma_f16_16x8x16(cs, a0, 0u, a2, 0u, e4m3x2_to_f16x2(L.v[j].w[i]), e4m3x2_to_f16x2(L.v[j].w[i] >> 16));
+        }
+        c[0] = ffma(L.s[j], cs[0], c[0]);
+        c[1] = ffma(L.s[j], cs[1], c[1]);
       }
     };
     if constexpr (kFp4) {
