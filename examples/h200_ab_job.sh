@@ -60,20 +60,12 @@ if [ "${MEMCHECK:-0}" = 1 ]; then
     selftest --what moe --seeds 1 --shapes qwen35-tp4,qwen35-tp8,minimax-m3 --tokens 1,8 > "$OUT/sanitize.log" 2>&1
   grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize.log"
 fi
-bench_tree() {  # bench_tree NAME [ENV...]: FP8 and MXFP4 benches of the installed package (or PYTHONPATH's)
-  local name=$1; shift
-  B="--shapes qwen35-tp4,qwen35-tp8 --layouts row_major --tokens $T"
-  timeout 150 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_fp8_block128_$name" $B \
-    --formats fp8_block128 > "$OUT/bench_fp8_block128_$name.log" 2>&1
-  timeout 120 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_mxfp4_$name" $B --formats mxfp4 \
-    > "$OUT/bench_mxfp4_$name.log" 2>&1
-}
 if [ "${BENCH:-0}" = 1 ]; then
   stamp bench
-  bench_tree new
-  if [ "${BENCH_AB:-0}" = 1 ]; then
-    if [ -d /tmp/basepkg/sglang_smallm_plugin ]; then bench_tree base PYTHONPATH=/tmp/basepkg; else tail -5 "$OUT/base_build.log"; fi
-    for ev in "${envs[@]}"; do bench_tree "new_$ev" "$ev"; done
+  bench_formats _new "$T" "$T"
+  if [ "${BENCH_AB:-0}" = 1 ]; then  # the baseline package through PYTHONPATH, ahead of the installed one
+    if [ -d /tmp/basepkg/sglang_smallm_plugin ]; then bench_formats _base "$T" "$T" PYTHONPATH=/tmp/basepkg; else tail -5 "$OUT/base_build.log"; fi
+    for ev in "${envs[@]}"; do bench_formats "_new_$ev" "$T" "$T" "$ev"; done
   fi
 fi
 if [ "${PEER:-0}" = 1 ]; then

@@ -12,6 +12,16 @@ build() {  # the package for sm_90a (examples/h200_job.sh build); exits the job 
   bash "$R/examples/h200_job.sh" build > "$OUT/job.log" 2>&1 || { tail -30 "$OUT/job.log"; exit 10; }
 }
 
+bench_formats() {  # bench_formats SUFFIX FP8_TOKENS MXFP4_TOKENS [VAR=value...]: `sglang-smallm bench`,
+  # Qwen3.5 TP4/TP8 row-major, FP8 then MXFP4, into $OUT/bench_<format>SUFFIX{,.log}; VAR=value for both
+  local sfx=$1 ft=$2 mt=$3; shift 3
+  local B="--shapes qwen35-tp4,qwen35-tp8 --layouts row_major"
+  timeout 150 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_fp8_block128$sfx" $B --tokens "$ft" \
+    --formats fp8_block128 > "$OUT/bench_fp8_block128$sfx.log" 2>&1
+  timeout 120 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_mxfp4$sfx" $B --tokens "$mt" \
+    --formats mxfp4 > "$OUT/bench_mxfp4$sfx.log" 2>&1
+}
+
 bench_summary() {  # bench_summary LOG...: one line per (shape, T): kernel us, floor, x floor
   for f in "$@"; do echo "== $(basename "$f" .log)"; grep -E "kernel .* us" "$f" | \
     sed -E 's/ +/ /g; s/ row_major//; s/ distinct=[ 0-9.]+//; s/roofline.*//; s/fp8_block128 //; s/mxfp4 //; s/MB kernel//'; done

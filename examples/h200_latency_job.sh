@@ -39,11 +39,7 @@ if [ "${TIMELINE:-1}" = 1 ]; then
 fi
 if [ "${BENCH:-1}" = 1 ]; then
   stamp bench
-  B="--shapes qwen35-tp4,qwen35-tp8 --layouts row_major"
-  timeout 150 python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_fp8_block128" $B --tokens $T --formats fp8_block128 \
-    > "$OUT/bench_fp8_block128.log" 2>&1
-  timeout 120 python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_mxfp4" $B --tokens $MT --formats mxfp4 \
-    > "$OUT/bench_mxfp4.log" 2>&1
+  bench_formats "" "$T" "$MT"
 fi
 if [ "${PEER:-0}" = 1 ]; then
   stamp peer
