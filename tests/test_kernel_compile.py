@@ -103,6 +103,12 @@ def _nvcc():
     return None
 
 
+def _nvcc_sm90a(*args, timeout=900):
+    """nvcc for sm_90a at -O3, C++17, every warning an error, with `args` (sources, -o, extra flags)."""
+    return subprocess.run([_nvcc(), "-arch=sm_90a", "-O3", "-std=c++17", "-Werror", "all-warnings", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.fixture(scope="module")
 def sm90a_build(tmp_path_factory):
     """source -> (nvcc result, its sm_90a PTX text): one compile per source for every test that reads it
@@ -116,9 +122,7 @@ def sm90a_build(tmp_path_factory):
             out = tmp_path_factory.mktemp(source)
             cu = out / f"{source}.cu"
             cu.write_text(f'#include "{HIP / (source + ".hip")}"\n')
-            r = subprocess.run([_nvcc(), "-arch=sm_90a", "-O3", "-std=c++17", "-Werror", "all-warnings", "-c", str(cu),
-                                "-o", str(out / "k.o"), "-keep", "-keep-dir", str(out)],
-                               capture_output=True, text=True, timeout=900)
+            r = _nvcc_sm90a("-c", cu, "-o", out / "k.o", "-keep", "-keep-dir", out)
             ptx = list(out.glob("*.compute_90a.ptx"))
             done[source] = (r, ptx[0].read_text() if ptx else "")
         return done[source]
@@ -186,9 +190,7 @@ def test_timeline_harness_builds_and_package_has_no_marks(sm90a_build, tmp_path)
     """examples/timeline/timeline.cu (the per-block phase timeline) builds against the current
     kernels with warnings as errors; the package build carries none of its marks."""
     root = HIP.parent
-    r = subprocess.run([_nvcc(), "-arch=sm_90a", "-O3", "-std=c++17", "-Werror", "all-warnings", "-DSMALLM_TIMELINE",
-                        f"-I{HIP}", str(root / "examples" / "timeline" / "timeline.cu"), "-o", str(tmp_path / "timeline")],
-                       capture_output=True, text=True, timeout=900)
+    r = _nvcc_sm90a("-DSMALLM_TIMELINE", f"-I{HIP}", root / "examples" / "timeline" / "timeline.cu", "-o", tmp_path / "timeline")
     assert r.returncode == 0, r.stderr[-4000:]
     _, ptx = sm90a_build("smallm_moe")
     assert ptx and "globaltimer" not in ptx and "g_tl_clock" not in ptx
@@ -199,9 +201,8 @@ def test_loadpattern_harness_builds(tmp_path):
     """examples/loadpattern/loadpattern.cu (the gate/up's weight loads alone, recorded in
     examples/results "h200-ab") builds for sm_90a with warnings as errors and without spills."""
     root = HIP.parent
-    r = subprocess.run([_nvcc(), "-arch=sm_90a", "-O3", "-std=c++17", "-Werror", "all-warnings", "-Xptxas", "-v",
-                        str(root / "examples" / "loadpattern" / "loadpattern.cu"), "-o", str(tmp_path / "loadpattern")],
-                       capture_output=True, text=True, timeout=600)
+    r = _nvcc_sm90a("-Xptxas", "-v", root / "examples" / "loadpattern" / "loadpattern.cu", "-o", tmp_path / "loadpattern",
+                    timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     spills = [line for line in r.stderr.splitlines() if "spill" in line and " 0 bytes spill stores" not in line]
     assert not spills, spills
