@@ -203,26 +203,37 @@ SMALLM_DEV int f16_stage_exponent(float amax) {
 SMALLM_DEV float exp2_int(int e) { return __builtin_bit_cast(float, (127 + e) << 23); }  // 2^e, |e| <= 126
 
 // ------------------------------------------------------------------ gate/up on tensor cores (sm_89+)
-// Same jobs as smallm_gateup_kernel (4 gate + 4 up rows over all of K), computed as
-// C[pair, row] = sum_k A[pair, k] B[k, row] with mma.sync m16n8k16 (f16 in, fp32 accumulate):
-//   B = the weights as f16: FP8 e4m3 -> f16 is exact (one conversion per two weights); MXFP4 below.
-//   A = x as f16, scaled per token by 2^-e_t so that max|x_t| lands in [2^14, 2^15) (bf16 -> f16 is
+// Same jobs as smallm_gateup_kernel (4 gate + 4 up rows over all of K), computed with mma.sync
+// m16n8k16 (f16 in, fp32 accumulate), the weights as A and x as B:
+//   A = the weights as f16: FP8 e4m3 -> f16 is exact (one conversion per two weights); MXFP4 below.
+//       A has 16 rows but a job only 8, so row g and row g + 8 of A both hold job row g: row g the
+//       first half of the lane's k values of the MMA, row g + 8 the second half. No A row is zero.
+//   B = x as f16, scaled per token by 2^-e_t so that max|x_t| lands in [2^14, 2^15) (bf16 -> f16 is
 //       then exact for every value above 2^-14 of the scaled range; smaller ones, below 2^-28 of the
-//       token's largest, round to f16 subnormals), staged once per block in shared memory;
-//   2^e_t is applied with the weight scales at the end.
+//       token's largest, round to f16 subnormals), staged once per block in shared memory. Column
+//       2m holds pair m's x at the first halves' k values, column 2m + 1 at the second halves'; so
+//       C[g, 2m] + C[g + 8, 2m + 1] is row g's sum for pair m (the other two C entries are cross
+//       terms and are dropped). 4 pairs per pass; 2^e_t is applied with the weight scales at the end.
+//   (With x as A and the weights as B, rows g + 8 of A were zero: twice the MMAs, and each MMA's
+//   A registers gathered as [x, 0, x, 0]: examples/results "h200-ab".)
 // Lane l = (g = l/4, q = l%4) holds, for step s (vectors 4s..4s+3 of every row: 64 values of K for
-// FP8, inside one 128-wide scale block; 128 for MXFP4), vector 4s+q of job row g. FP8: MMA i of the
-// step takes its bytes 4i..4i+3 as the k values of slots 2q, 2q+1, 2q+8, 2q+9. MXFP4: MMAs 2i and
-// 2i+1 take its word i (8 values, e2m1x8_to_f16x2: slots 2q, 2q+1 = values 0, 4, then 1, 5; 2, 6;
-// 3, 7), and x is staged in that order (mxfp4_mma_order). The dot product does not depend on the order
-// of k as long as x takes the same order. Warp w takes steps w, w+8, ...; kJ steps at most per warp.
+// FP8, inside one 128-wide scale block; 128 for MXFP4), vector 4s+q of job row g, and loads the x
+// half (h = g % 2) of pair g / 2 that its B column takes. FP8: MMA i (0, 1) of the step takes bytes
+// 4i..4i+3 of the vector as row g (k slots 2q, 2q+1, 2q+8, 2q+9) and bytes 8+4i..8+4i+3 as row g+8;
+// x in natural order, the lane reading values 8h..8h+7 of the vector's 16. MXFP4: word i (0, 1)
+// is row g and word i+2 row g+8 of MMAs 2i, 2i+1 (e2m1x8_to_f16x2: slots 2q, 2q+1 = values 0, 4,
+// then 1, 5 for the first MMA; 2, 6 and 3, 7 for the second), and x is staged in that order
+// (mxfp4_mma_order), the lane reading the 16 values 16h..16h+15 of the vector's 32. The dot product
+// does not depend on the order of k as long as x takes the same order. Warp w takes steps w, w+8,
+// ...; kJ steps at most per warp.
 //
 // MXFP4 scales on tensor cores (both kernels): a lane's vector has its own e8m0 scale s; the quad's
 // four vectors of one row and step have the largest R. The lane multiplies its decoded values (v 2^-14,
 // exact) by 2^(s - R + 15) in f16, exact while R - s <= 24 (smaller blocks round to f16 subnormals or
 // zero: reference.quant.mxfp4_tensor_core_weights models it); the step's MMA sums take 2^(R - 128)
 // in fp32.
-constexpr int kMmaPairs = 8;                 // pairs per MMA pass (rows g of A; rows g+8 stay zero)
+constexpr int kMmaPairs = 8;                 // pairs per down MMA pass (B columns)
+constexpr int kGuPairs = 4;                  // pairs per gate/up MMA pass (B columns 2m, 2m+1: pair m's halves)
 // x staged as f16 when T * D * 2 fits: up to 64 KB two blocks per SM, beyond that one (T <= 20 at
 // D = 4096; above, the CUDA-core kernels).
 constexpr int kXStageBytes = 160 * 1024;
@@ -256,7 +267,7 @@ SMALLM_DEV Vec16 mxfp4_mma_order(const uint16_t (&h)[8]) {
 template <int kJ>
 struct GateUpMmaLoads {
   Vec16 v[kJ];
-  float s[kJ];     // FP8: block scale of the lane's C columns
+  float s[kJ];     // FP8: block scale of the lane's row g at its step
   uint32_t b[kJ];  // MXFP4: e8m0 byte of the lane's own vector
 };
 
@@ -264,7 +275,7 @@ struct GateUpMmaLoads {
 // The static shared memory of the tensor-core gate/up kernel (x is in its dynamic shared memory).
 struct GateUpMmaShared {
   Routing R;
-  float red[2][kWarps][kMmaPairs][8];
+  float red[2][kWarps][kGuPairs][8];
   int xmax[kMaxPairs];  // per token: max |x| (float bits), then 2^e_t (float bits)
 };
 
@@ -327,12 +338,11 @@ SMALLM_DEV void stage_x_finish(const MoeArgs& a, uint16_t* xs, int* xmax) {
   block_sync();
 }
 
-// One gate/up job (distinct expert u, tile) from the weights in L: every pass of up to 8 pairs runs
+// One gate/up job (distinct expert u, tile) from the weights in L: every pass of up to 4 pairs runs
 // the warp's steps on tensor cores, reduces over the warps and writes h = silu(gate) * up.
 // kFull: every warp has all kJ steps (nsteps == 8 kJ), so the steps need no guards and their MMA
-// chains can interleave; MXFP4 steps accumulate in two independent chains (cs, cs2). (FP8 keeps one
-// chain and its guards: with two, its kJ = 8 kernel spills and was slower, examples/results
-// "h200-mxfp4-mma" run 5.)
+// chains can interleave; MXFP4 steps accumulate in two independent chains (cs, cs2). FP8 takes its
+// steps in pairs under one guard (below).
 template <int Fmt, int kJ, bool kFull>
 SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint16_t* xs, int& buf, int job, int tiles,
                                int nsteps, GateUpMmaLoads<kJ>& L) {
@@ -343,11 +353,13 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
   const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
   const int u = job / tiles, tile = job - u * tiles;
   const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
-  for (int m0 = 0; m0 < M; m0 += kMmaPairs) {
-    const int mc = imin(kMmaPairs, M - m0);
-    const bool live = g < mc;
-    const uint16_t* xr = xs + (size_t)(R.plist[beg + m0 + (live ? g : 0)] / a.K) * a.D + q * F::kElems;
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const int pm = g >> 1, hf = g & 1;  // this lane's B column 2 pm + hf: pair pm of the pass, half hf
+  for (int m0 = 0; m0 < M; m0 += kGuPairs) {
+    const int mc = imin(kGuPairs, M - m0);
+    const bool live = pm < mc;
+    const uint16_t* xr = xs + (size_t)(R.plist[beg + m0 + (live ? pm : 0)] / a.K) * a.D + q * F::kElems +
+                         hf * (F::kElems / 2);
+    float acc = 0.0f;  // row g, pair q of the pass (C[g, 2q] + C[g + 8, 2q + 1], scaled)
     auto step = [&](auto J) {  // step st = w + 8 j of this warp, known to exist
       constexpr int j = decltype(J)::value;
       const int st = w + kWarps * j;
@@ -357,32 +369,27 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
         float cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         const int rmax = quad_max((int)L.b[j]);  // R of row g (this quad)
         const uint32_t fac = f16x2_pow2((int)L.b[j] - rmax + 15);
-        const int r0 = __shfl_sync(0xffffffffu, rmax, 8 * q), r1 = __shfl_sync(0xffffffffu, rmax, 8 * q + 4);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < 2; ++i) {
           Vec16 xv{};
           if (live) xv = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8 * i);
-          uint32_t p[4];
+          uint32_t p[4], r[4];
           e2m1x8_to_f16x2(L.v[j].w[i], p);
-          mma_f16_16x8x16(cs, xv.w[0], 0u, xv.w[1], 0u, hmul2(p[0], fac), hmul2(p[1], fac));
-          mma_f16_16x8x16(cs2, xv.w[2], 0u, xv.w[3], 0u, hmul2(p[2], fac), hmul2(p[3], fac));
+          e2m1x8_to_f16x2(L.v[j].w[i + 2], r);
+          mma_f16_16x8x16(cs, hmul2(p[0], fac), hmul2(r[0], fac), hmul2(p[1], fac), hmul2(r[1], fac), xv.w[0], xv.w[1]);
+          mma_f16_16x8x16(cs2, hmul2(p[2], fac), hmul2(r[2], fac), hmul2(p[3], fac), hmul2(r[3], fac), xv.w[2], xv.w[3]);
         }
-        c[0] = ffma(e8m0_half_to_f32(r0), cs[0] + cs2[0], c[0]);  // C columns 2q, 2q+1: rows of quads 2q, 2q+1
-        c[1] = ffma(e8m0_half_to_f32(r1), cs[1] + cs2[1], c[1]);
+        acc = ffma(e8m0_half_to_f32(rmax), (cs[0] + cs2[0]) + (cs[3] + cs2[3]), acc);
       } else {
-        Vec16 x0{}, x1{};
-        if (live) {
-          x0 = *reinterpret_cast<const Vec16*>(xr + st * kSv);
-          x1 = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8);
-        }
+        Vec16 x0{};
+        if (live) x0 = *reinterpret_cast<const Vec16*>(xr + st * kSv);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint32_t a0 = i < 2 ? x0.w[2 * i] : x1.w[2 * i - 4];
-          const uint32_t a2 = i < 2 ? x0.w[2 * i + 1] : x1.w[2 * i - 3];
-          mma_f16_16x8x16(cs, a0, 0u, a2, 0u, e4m3x2_to_f16x2(L.v[j].w[i]), e4m3x2_to_f16x2(L.v[j].w[i] >> 16));
+        for (int i = 0; i < 2; ++i) {
+          const uint32_t w0 = L.v[j].w[i], w2 = L.v[j].w[i + 2];
+          mma_f16_16x8x16(cs, e4m3x2_to_f16x2(w0), e4m3x2_to_f16x2(w2), e4m3x2_to_f16x2(w0 >> 16),
+                          e4m3x2_to_f16x2(w2 >> 16), x0.w[2 * i], x0.w[2 * i + 1]);
         }
-        c[0] = ffma(L.s[j], cs[0], c[0]);
-        c[1] = ffma(L.s[j], cs[1], c[1]);
+        acc = ffma(L.s[j], cs[0] + cs[3], acc);
       }
     };
     if constexpr (kFp4) {
@@ -391,10 +398,10 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
       };
       StaticFor<0, kJ>::run(guarded);
     } else {
-      // FP8: steps in pairs under one guard, so that the two steps' MMA chains (each 4 deep, on its
-      // own accumulators) interleave; a guard per step made every step wait for the one before (the
+      // FP8: steps in pairs under one guard, so that the two steps' MMA chains (each on its own
+      // accumulators) interleave; a guard per step made every step wait for the one before (the
       // block's first job spent 1.7 us in its MMAs at T = 1, examples/results "h200-ab" run 8). The
-      // sums into c keep the step order, so the result is the same to the bit.
+      // sums into acc keep the step order.
       auto pairs = [&](auto P) {
         constexpr int j0 = 2 * decltype(P)::value;
         if (kFull || w + kWarps * (j0 + 1) < nsteps) {
@@ -406,13 +413,9 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
       };
       StaticFor<0, kJ / 2>::run(pairs);
     }
-    // c[0], c[1]: pair g, rows 2q, 2q+1 of the job (0-3 gate, 4-7 up); c[2], c[3] (pairs g+8) are zero.
-    if (live) {
-      S.red[buf][w][g][2 * q] = c[0];
-      S.red[buf][w][g][2 * q + 1] = c[1];
-    }
+    if (q < mc) S.red[buf][w][q][g] = acc;  // rows 0-3 gate, 4-7 up
     block_sync();
-    if (t < 4 * kMmaPairs) {
+    if (t < 4 * kGuPairs) {
       const int m = t / 4, i = t % 4;
       if (m < mc) {
         float gs = 0.0f, us = 0.0f;
@@ -450,8 +453,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
   const int rowb = a.D / F::kRowBytesDiv, nsteps = a.D / mma_step_values<Fmt>();
   auto issue = [&](int job, Loads& L) {
     const int u = job / tiles, tile = job - u * tiles;
-    const int row = (g < 4 ? 0 : a.I) + 4 * tile + (g & 3);                // B column g
-    const int rowc = (q < 2 ? 0 : a.I) + 4 * tile + 2 * (q & 1);            // C columns 2q, 2q+1
+    const int row = (g < 4 ? 0 : a.I) + 4 * tile + (g & 3);                // A rows g, g + 8
     const int e = R.id[R.ulead[u]];
     const uint8_t* wb = a.w13 + (size_t)e * 2 * a.I * rowb;
     if constexpr (Layout == kRowMajor) {
@@ -460,7 +462,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
       // row-major cases of vec_offset and Format::scale / scale_byte in 32-bit, non-negative terms:
       // through those helpers the kernels' SASS differs (FP8: 24 more instructions, a signed division).
       const uint8_t* wp = wb + (size_t)row * rowb + (4 * w + q) * 16;
-      const float* sp = static_cast<const float*>(a.s13) + ((size_t)e * (2 * a.I / 128) + rowc / 128) * (a.D / 128) + w / 2;
+      const float* sp = static_cast<const float*>(a.s13) + ((size_t)e * (2 * a.I / 128) + row / 128) * (a.D / 128) + w / 2;
       const uint8_t* bp = static_cast<const uint8_t*>(a.s13) + ((size_t)e * 2 * a.I + row) * (a.D / 32) + 4 * w + q;
 #pragma unroll
       for (int j = 0; j < kJ; ++j) {
@@ -481,7 +483,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
           if constexpr (kFp4)
             L.b[j] = F::template scale_byte<Layout>(a.s13, e, 2 * a.I, a.D, row, 4 * st + q);
           else
-            L.s[j] = F::template scale<Layout>(a.s13, e, 2 * a.I, a.D, rowc, 4 * st);
+            L.s[j] = F::template scale<Layout>(a.s13, e, 2 * a.I, a.D, row, 4 * st);
         }
       }
     }
