@@ -232,8 +232,7 @@ SMALLM_DEV float exp2_int(int e) { return __builtin_bit_cast(float, (127 + e) <<
 // exact) by 2^(s - R + 15) in f16, exact while R - s <= 24 (smaller blocks round to f16 subnormals or
 // zero: reference.quant.mxfp4_tensor_core_weights models it); the step's MMA sums take 2^(R - 128)
 // in fp32.
-constexpr int kMmaPairs = 8;                 // pairs per down MMA pass (B columns)
-constexpr int kGuPairs = 4;                  // pairs per gate/up MMA pass (B columns 2m, 2m+1: pair m's halves)
+constexpr int kMmaPairs = 4;                 // pairs per MMA pass: B columns 2m, 2m+1 are pair m's two halves
 // x staged as f16 when T * D * 2 fits: up to 64 KB two blocks per SM, beyond that one (T <= 20 at
 // D = 4096; above, the CUDA-core kernels).
 constexpr int kXStageBytes = 160 * 1024;
@@ -275,7 +274,7 @@ struct GateUpMmaLoads {
 // The static shared memory of the tensor-core gate/up kernel (x is in its dynamic shared memory).
 struct GateUpMmaShared {
   Routing R;
-  float red[2][kWarps][kGuPairs][8];
+  float red[2][kWarps][kMmaPairs][8];
   int xmax[kMaxPairs];  // per token: max |x| (float bits), then 2^e_t (float bits)
 };
 
@@ -354,8 +353,8 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
   const int u = job / tiles, tile = job - u * tiles;
   const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
   const int pm = g >> 1, hf = g & 1;  // this lane's B column 2 pm + hf: pair pm of the pass, half hf
-  for (int m0 = 0; m0 < M; m0 += kGuPairs) {
-    const int mc = imin(kGuPairs, M - m0);
+  for (int m0 = 0; m0 < M; m0 += kMmaPairs) {
+    const int mc = imin(kMmaPairs, M - m0);
     const bool live = pm < mc;
     const uint16_t* xr = xs + (size_t)(R.plist[beg + m0 + (live ? pm : 0)] / a.K) * a.D + q * F::kElems +
                          hf * (F::kElems / 2);
@@ -415,7 +414,7 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
     }
     if (q < mc) S.red[buf][w][q][g] = acc;  // rows 0-3 gate, 4-7 up
     block_sync();
-    if (t < 4 * kGuPairs) {
+    if (t < 4 * kMmaPairs) {
       const int m = t / 4, i = t % 4;
       if (m < mc) {
         float gs = 0.0f, us = 0.0f;
@@ -637,17 +636,19 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
 // ------------------------------------------------------------------ down on tensor cores (sm_89+)
 // Same row-block ownership and slot sums as smallm_down_kernel; a warp job is 16 output rows of one
 // distinct expert over all of I, computed as C[row, pair] = sum_k W2[row, k] h[pair, k] with
-// mma.sync m16n8k16 (f16 in, fp32 accumulate), 8 pairs per pass:
+// mma.sync m16n8k16 (f16 in, fp32 accumulate), 4 pairs per pass:
 //   A = W2 as f16. Lane l = (g = l/4, q = l%4) holds vector 4c+q of every chunk c (64 values of I for
 //       FP8, 128 for MXFP4) of rows g and g+8. FP8: e4m3 -> f16 exact, MMA i of a chunk takes bytes
 //       4i..4i+3 as the k slots 2q, 2q+1, 2q+8, 2q+9. MXFP4: MMAs 2i, 2i+1 take word i in
 //       e2m1x8_to_f16x2 order, the values scaled in f16 relative to their quad's largest e8m0 (the
 //       gate/up kernel's comment; R per row and chunk), 2^(R - 128) applied to the chunk's sums.
-//   B = h of the pair g in the same k order, staged once per block in shared memory as two f16
-//       halves, hi = f16(h s_p) and lo = f16(h s_p - hi), s_p = 2^-e_p putting the pair's max |h| in
-//       [2^14, 2^15): the pair hi + lo carries 22 significant bits, every value above 2^-38 of the
-//       pair's largest; the two MMAs (hi, lo) accumulate in fp32. 2^e_p and the weight scales (FP8:
-//       the 128x128 block scales) are applied to C.
+//   B = h in the same k order, staged once per block in shared memory as two f16 halves,
+//       hi = f16(h s_p) and lo = f16(h s_p - hi), s_p = 2^-e_p putting the pair's max |h| in
+//       [2^14, 2^15): hi + lo carries 22 significant bits, every value above 2^-38 of the pair's
+//       largest. Column 2m is pair m's hi, column 2m + 1 its lo, so one MMA takes both halves and
+//       C[row, 2m] + C[row, 2m + 1] (fp32) is the row's sum for pair m (a separate MMA per half
+//       took twice the MMAs: examples/results "h200-ab2"). 2^e_p and the weight scales (FP8: the
+//       128x128 block scales) are applied to C.
 // Each warp keeps two jobs' W2 in alternating register sets; the first two are loaded before the
 // wait for the gate/up kernel.
 constexpr int kDownMmaRows = 16;           // output rows per row-block (one MMA tile)
@@ -798,8 +799,9 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
     const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
     for (int m0 = 0; m0 < M; m0 += kMmaPairs) {
       const int mc = imin(kMmaPairs, M - m0);
-      const bool live = g < mc;
-      const int at = R.plist[beg + m0 + (live ? g : 0)] * hst + F::kElems * q;
+      const bool live = (g >> 1) < mc;
+      // B column g: pair g / 2, its hi half (even g) or lo half (odd g: hlo = hhi + N hst)
+      const int at = ((g & 1) * N + R.plist[beg + m0 + (live ? g >> 1 : 0)]) * hst + F::kElems * q;
       float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       if constexpr (kFp4) {
 #pragma unroll
@@ -810,50 +812,39 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
             const int s0 = (L.b[0] >> (8 * ch)) & 0xff, s1 = (L.b[1] >> (8 * ch)) & 0xff;
             const int r0 = quad_max(s0), r1 = quad_max(s1);  // R of rows g, g+8
             const uint32_t f0 = f16x2_pow2(s0 - r0 + 15), f1 = f16x2_pow2(s1 - r1 + 15);
-            float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cl[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // hi and lo chains
+            float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // two chains
 #pragma unroll
             for (int wi = 0; wi < 4; ++wi) {
-              Vec16 bh{}, bl{};
-              if (live) {
-                bh = *reinterpret_cast<const Vec16*>(hhi + at + kCv * ch + 8 * wi);
-                bl = *reinterpret_cast<const Vec16*>(hlo + at + kCv * ch + 8 * wi);
-              }
+              Vec16 bv{};
+              if (live) bv = *reinterpret_cast<const Vec16*>(hhi + at + kCv * ch + 8 * wi);
               uint32_t pa[4], pb[4];
               e2m1x8_to_f16x2(L.v[0][ch].w[wi], pa);
               e2m1x8_to_f16x2(L.v[1][ch].w[wi], pb);
-#pragma unroll
-              for (int z = 0; z < 2; ++z) {
-                const uint32_t a0 = hmul2(pa[2 * z], f0), a2 = hmul2(pa[2 * z + 1], f0);
-                const uint32_t a1 = hmul2(pb[2 * z], f1), a3 = hmul2(pb[2 * z + 1], f1);
-                mma_f16_16x8x16(cs, a0, a1, a2, a3, bh.w[2 * z], bh.w[2 * z + 1]);
-                mma_f16_16x8x16(cl, a0, a1, a2, a3, bl.w[2 * z], bl.w[2 * z + 1]);
-              }
+              mma_f16_16x8x16(cs, hmul2(pa[0], f0), hmul2(pb[0], f1), hmul2(pa[1], f0), hmul2(pb[1], f1), bv.w[0], bv.w[1]);
+              mma_f16_16x8x16(cs2, hmul2(pa[2], f0), hmul2(pb[2], f1), hmul2(pa[3], f0), hmul2(pb[3], f1), bv.w[2], bv.w[3]);
             }
             const float m0s = e8m0_half_to_f32(r0), m1s = e8m0_half_to_f32(r1);
-            c[0] = ffma(m0s, cs[0] + cl[0], c[0]);
-            c[1] = ffma(m0s, cs[1] + cl[1], c[1]);
-            c[2] = ffma(m1s, cs[2] + cl[2], c[2]);
-            c[3] = ffma(m1s, cs[3] + cl[3], c[3]);
+            c[0] = ffma(m0s, cs[0] + cs2[0], c[0]);
+            c[1] = ffma(m0s, cs[1] + cs2[1], c[1]);
+            c[2] = ffma(m1s, cs[2] + cs2[2], c[2]);
+            c[3] = ffma(m1s, cs[3] + cs2[3], c[3]);
           }
         }
       } else {
 #pragma unroll
         for (int kb = 0; kb < kDownMmaChunks / 2; ++kb) {
           if (2 * kb < nch) {
-            // h's hi and lo halves accumulate in two chains (8 MMAs deep, not 16), as for MXFP4
-            float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            // the block's two chunks accumulate in two chains (4 MMAs deep each)
+            float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int cc = 0; cc < 2; ++cc) {
               const int ch = 2 * kb + cc;
               opaque(L.v[0][ch]);
               opaque(L.v[1][ch]);
-              Vec16 bh[2] = {}, bl[2] = {};
+              Vec16 bv[2] = {};
               if (live) {
 #pragma unroll
-                for (int z = 0; z < 2; ++z) {
-                  bh[z] = *reinterpret_cast<const Vec16*>(hhi + at + kCv * ch + 8 * z);
-                  bl[z] = *reinterpret_cast<const Vec16*>(hlo + at + kCv * ch + 8 * z);
-                }
+                for (int z = 0; z < 2; ++z) bv[z] = *reinterpret_cast<const Vec16*>(hhi + at + kCv * ch + 8 * z);
               }
 #pragma unroll
               for (int mi = 0; mi < 4; ++mi) {
@@ -861,24 +852,20 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
                 const uint32_t a0 = e4m3x2_to_f16x2(wg), a2 = e4m3x2_to_f16x2(wg >> 16);
                 const uint32_t a1 = e4m3x2_to_f16x2(wg8), a3 = e4m3x2_to_f16x2(wg8 >> 16);
                 const int z = mi / 2, wd = 2 * (mi % 2);  // h values 4mi..4mi+3: words 2mi, 2mi+1
-                mma_f16_16x8x16(cs, a0, a1, a2, a3, bh[z].w[wd], bh[z].w[wd + 1]);
-                mma_f16_16x8x16(cl, a0, a1, a2, a3, bl[z].w[wd], bl[z].w[wd + 1]);
+                mma_f16_16x8x16(cc == 0 ? cs : cs2, a0, a1, a2, a3, bv[z].w[wd], bv[z].w[wd + 1]);
               }
             }
 #pragma unroll
-            for (int r = 0; r < 4; ++r) c[r] = ffma(L.s[kb], cs[r] + cl[r], c[r]);
+            for (int r = 0; r < 4; ++r) c[r] = ffma(L.s[kb], cs[r] + cs2[r], c[r]);
           }
         }
       }
-      // c[0], c[1]: row g, pairs m0 + 2q, m0 + 2q + 1; c[2], c[3]: row g + 8, the same pairs.
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        if (2 * q + h2 < mc) {
-          const int pq = R.plist[beg + m0 + 2 * q + h2];
-          const float sc = hexp[pq];
-          ys[(i * N + pq) * rb + g] = c[h2] * sc;
-          ys[(i * N + pq) * rb + g + 8] = c[2 + h2] * sc;
-        }
+      // c[0] + c[1]: row g, pair m0 + q (hi + lo); c[2] + c[3]: row g + 8, the same pair.
+      if (q < mc) {
+        const int pq = R.plist[beg + m0 + q];
+        const float sc = hexp[pq];
+        ys[(i * N + pq) * rb + g] = (c[0] + c[1]) * sc;
+        ys[(i * N + pq) * rb + g + 8] = (c[2] + c[3]) * sc;
       }
     }
   };
