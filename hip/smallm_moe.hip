@@ -142,11 +142,11 @@ int launch_dependent(Kernel kernel, const smallm::MoeArgs& a, int smem, gpuStrea
 }
 
 // Blocks of a down kernel: resident blocks capped by the row-blocks, more while y of a block's
-// row-blocks does not fit kMaxYsBytes.
-int down_grid(int N, int rb, int nrb, int capacity) {
+// row-blocks does not fit max_ys bytes.
+int down_grid(int N, int rb, int nrb, int capacity, int max_ys = smallm::kMaxYsBytes) {
   using namespace smallm;
   int G = grid_blocks(nrb, capacity);
-  while (down_ys_floats(N, rb, down_local_blocks(nrb, G)) * 4 > kMaxYsBytes && G < nrb) ++G;
+  while (down_ys_floats(N, rb, down_local_blocks(nrb, G)) * 4 > max_ys && G < nrb) ++G;
   return G;
 }
 
@@ -180,14 +180,14 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   const int N = a.T * a.K, nrb = a.D / kDownMmaRows;
   // Staged h can be large (up to kHStageMmaBytes): size the grid by the blocks that fit with it; a
   // smaller grid gives each block more row-blocks (more y), so settle in a few steps.
-  a.nblocks = down_grid(N, kDownMmaRows, nrb, capacity);
+  a.nblocks = down_grid(N, kDownMmaRows, nrb, capacity, kMaxYsMmaBytes);
   int smem = 0;
   for (int step = 0; step < 4; ++step) {
     smem = down_mma_smem_bytes(N, a.I, down_local_blocks(nrb, a.nblocks));
     if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
     if (const int err = resident_capacity(kernel, table_smem, capacity, smem)) return err;
     if (capacity >= a.nblocks) break;
-    a.nblocks = down_grid(N, kDownMmaRows, nrb, capacity);
+    a.nblocks = down_grid(N, kDownMmaRows, nrb, capacity, kMaxYsMmaBytes);
   }
   return launch_dependent(kernel, a, smem, stream);
 }
@@ -215,7 +215,7 @@ int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   static Capacity table[kMaxDevices];
   static int raised[kMaxDevices] = {0};
   MoeArgs a = a0;
-  const int smem = a.T * a.D * 2;  // x as f16: up to kXStageBytes, fewer blocks per SM when large
+  const int smem = gateup_mma_smem_bytes(a.T, a.D);  // x as f16 (up to kXStageBytes, fewer blocks per SM when large), xmax
   if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
   int capacity = 0;
   if (const int err = resident_capacity(kernel, table, capacity, smem)) return err;

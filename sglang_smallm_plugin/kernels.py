@@ -58,7 +58,7 @@ def variant_note() -> str:
 # hip/smallm_moe_twopass.h. tests/test_kernel_plan.py reads these constants from the headers.
 THREADS = 256                     # kThreads
 X_STAGE_BYTES = 160 * 1024        # kXStageBytes: x as f16 for the tensor-core gate/up
-H_STAGE_MMA_BYTES = 96 * 1024     # kHStageMmaBytes: h as two f16 halves for the tensor-core down
+H_STAGE_MMA_BYTES = 160 * 1024    # kHStageMmaBytes: h as two f16 halves for the tensor-core down
 DOWN_MMA_CHUNKS = 4               # kDownMmaChunks: I <= step * 4 for the tensor-core down
 
 

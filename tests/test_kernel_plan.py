@@ -51,8 +51,9 @@ def env(monkeypatch):
 @pytest.mark.parametrize("T, K, I, expect", [
     (1, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP4
     (8, 11, 128, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP8 at its H200 cap
-    (8, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # h: 88 * 264 * 4 B fits 96 KB
-    (8, 12, 256, "down on CUDA cores (h as f16 halves is"),               # 96 * 264 * 4 B does not
+    (8, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # h: 88 * 264 * 4 B fits 160 KB
+    (14, 11, 256, "gate/up on tensor cores, down on tensor cores"),       # 154 * 264 * 4 B = 162624 B fits
+    (15, 11, 256, "down on CUDA cores (h as f16 halves is"),              # 165 * 264 * 4 B does not
     (4, 8, 384, "down on CUDA cores (I=384 over 256)"),                   # Qwen3-235B-like
     (21, 11, 256, "gate/up and down on CUDA cores (x as f16 is 172032 B"),  # x: 21 * 4096 * 2 B over 160 KB
 ])
@@ -65,7 +66,7 @@ def test_h200_fp8_plan(env, T, K, I, expect):
     (8, 11, 128, "gate/up on tensor cores, down on tensor cores"),
     (4, 8, 384, "gate/up on tensor cores, down on tensor cores"),         # 3 chunks of 128: fits (FP8 does not)
     (2, 8, 640, "down on CUDA cores (I=640 over 512)"),
-    (16, 11, 128, "gate/up on tensor cores, down on tensor cores"),        # h: 176 * 136 * 4 B fits 96 KB
+    (16, 11, 128, "gate/up on tensor cores, down on tensor cores"),        # h: 176 * 136 * 4 B fits 160 KB
     (16, 11, 256, "down on CUDA cores (h as f16 halves is"),
     (21, 11, 256, "gate/up and down on CUDA cores (x as f16 is 172032 B"),
 ])
