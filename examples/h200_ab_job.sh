@@ -7,7 +7,7 @@
 # and the device call takes carry [".ab"] (with ".peer" for PEER=1).
 # Switches: CASES ("FMT T I" items, ';'-separated), ITERS, NEW_ENVS (';'-separated environment
 # settings, e.g. "SMALLM_BULK_H=0": each one more column, this tree run with it), SELFTEST=1 (moe at
-# SEEDS seeds and TOKENS, and edge), MEMCHECK=1 (compute-sanitizer on selftest at 1 and 8 tokens),
+# SEEDS seeds and TOKENS, and edge), MEMCHECK=1 (compute-sanitizer on selftest at MEMTOKENS, default 1,8),
 # BENCH=1 (`sglang-smallm bench` at TOKENS: FP8 and MXFP4, Qwen3.5 TP4/TP8 row-major; BENCH_AB=1 also
 # builds the package from the baseline's hip/ into /tmp/basepkg and benches it beside this tree's,
 # and this tree with each of NEW_ENVS), PEER=1 (.peer/run.sh at TOKENS), LOADPATTERN=1
@@ -57,7 +57,7 @@ fi
 if [ "${MEMCHECK:-0}" = 1 ]; then
   stamp memcheck
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
-    selftest --what moe --seeds 1 --shapes qwen35-tp4,qwen35-tp8,minimax-m3 --tokens 1,8 > "$OUT/sanitize.log" 2>&1
+    selftest --what moe --seeds 1 --shapes qwen35-tp4,qwen35-tp8,minimax-m3 --tokens "${MEMTOKENS:-1,8}" > "$OUT/sanitize.log" 2>&1
   grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize.log"
 fi
 if [ "${BENCH:-0}" = 1 ]; then

@@ -132,8 +132,6 @@ SMALLM_DEV float warp_row_sum(float v) {  // sum over lanes that share lane % 16
 
 SMALLM_DEV float silu(float g) { return g / (1.0f + fexp(-g)); }
 
-// What build_routing derives from topk_ids (the two-pass kernels hold only this: 19.5 KB of static
-// shared memory per block).
 struct Routing {
   int id[kMaxPairs];        // expert of each pair, -1 when out of range
   int e2u[kMaxExperts];     // first pair of an expert, then -(distinct index + 1)
@@ -142,10 +140,6 @@ struct Routing {
   int ufill[kMaxPairs];
   int plist[kMaxPairs];     // pairs grouped by distinct expert
   int nd;
-};
-
-// The block kernel's routing, with its item tickets and the tokens a phase-2 item completed.
-struct FusedRouting : Routing {
   int ticket, next;
   int nfin;
   int fin[kMaxPairs];
@@ -485,7 +479,7 @@ SMALLM_DEV void phase2_loads(const MoeArgs& a, const Geometry& G, const Routing&
 }
 
 template <int Fmt, int Layout>
-SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, FusedRouting& R, int u, int rng, Loads& L, float* hs) {
+SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, Routing& R, int u, int rng, Loads& L, float* hs) {
   using F = Format<Fmt>;
   const int t = thread_id();
   const int lead = R.ulead[u];
@@ -571,7 +565,7 @@ SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, FusedRouting& R
 // ------------------------------------------------------------------ the kernel
 template <int Fmt, int Layout, int Variant>
 __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
-  __shared__ FusedRouting R;
+  __shared__ Routing R;
   __shared__ float red[kWarps][2][kMC][16];
   __shared__ __attribute__((aligned(16))) uint8_t stage[kStageBytes];
   const int t = thread_id();

@@ -215,7 +215,7 @@ int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   static Capacity table[kMaxDevices];
   static int raised[kMaxDevices] = {0};
   MoeArgs a = a0;
-  const int smem = gateup_mma_smem_bytes(a.T, a.D);  // x as f16 (up to kXStageBytes, fewer blocks per SM when large), xmax
+  const int smem = a.T * a.D * 2;  // x as f16: up to kXStageBytes, fewer blocks per SM when large
   if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
   int capacity = 0;
   if (const int err = resident_capacity(kernel, table, capacity, smem)) return err;

@@ -241,10 +241,6 @@ constexpr int kXStageBytes = 160 * 1024;
 template <int Fmt>
 __host__ __device__ constexpr int mma_step_values() { return 4 * Format<Fmt>::kElems; }
 
-// Dynamic shared memory of the tensor-core gate/up: x as f16 [T][D], then per token max |x| (float
-// bits), then 2^e_t.
-__host__ __device__ inline int gateup_mma_smem_bytes(int T, int D) { return T * D * 2 + (T + 3) / 4 * 16; }
-
 // x fits the f16 stage, and every warp takes at most 8 steps.
 template <int Fmt>
 __host__ __device__ inline bool gateup_mma_fits(int T, int D) {
@@ -279,6 +275,7 @@ struct GateUpMmaLoads {
 struct GateUpMmaShared {
   Routing R;
   float red[2][kWarps][kMmaPairs][8];
+  int xmax[kMaxPairs];  // per token: max |x| (float bits), then 2^e_t (float bits)
 };
 
 // x -> shared memory xs [T][D] as it is (bf16), asynchronously: issued during the routing, right
@@ -426,7 +423,7 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
           us += S.red[buf][ww][m][4 + i];
         }
         const int p = R.plist[beg + m0 + m];
-        const float sc = __builtin_bit_cast(float, reinterpret_cast<const int*>(xs + a.T * a.D)[p / a.K]);  // 2^e_t
+        const float sc = __builtin_bit_cast(float, S.xmax[p / a.K]);  // 2^e_t
         a.h[(size_t)p * a.I + 4 * tile + i] = silu(gs * sc) * (us * sc);
       }
     }
@@ -441,12 +438,11 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
   using F = Format<Fmt>;
   constexpr bool kFp4 = Fmt == kMxfp4;
   using Loads = GateUpMmaLoads<kJ>;
-  extern __shared__ __attribute__((aligned(16))) uint16_t xs[];  // [T][D] f16, x * 2^-e_t; then xmax [T]
+  extern __shared__ __attribute__((aligned(16))) uint16_t xs[];  // [T][D] f16, x * 2^-e_t
   __shared__ GateUpMmaShared S;
-  int* xmax = reinterpret_cast<int*>(xs + a.T * a.D);
   SMALLM_TL_ENTRY(0);
   grid_dependents_launch();
-  for (int tok = thread_id(); tok < a.T; tok += kThreads) xmax[tok] = 0;
+  for (int tok = thread_id(); tok < a.T; tok += kThreads) S.xmax[tok] = 0;
   auto copy_x = [&] { stage_x_issue(a, xs); };
   build_routing(a, S.R, copy_x);  // ends with a barrier
   const int lane = lane_id(), w = thread_id() / kWarp, g = lane >> 2, q = lane & 3;
@@ -493,7 +489,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
   };
   int buf = 0;
   auto stage_x = [&] {  // after the first jobs' loads are issued
-    stage_x_finish<kFp4>(a, xs, xmax);
+    stage_x_finish<kFp4>(a, xs, S.xmax);
     SMALLM_TL_MARK(0, kTlReady);
   };
   auto jobs = [&](auto full) {  // full = 1: every warp has all kJ steps (gateup_mma_job's kFull)
