@@ -3,9 +3,9 @@
 // The block kernel (smallm_moe.h) runs one launch whose items hand partial sums to each other
 // through global counters; on the H200 it is bound by that per-item chain (acquire, partial
 // reads, release, ticket), not by the weight bytes. Here nothing waits on another block (the
-// CUDA default; H200 Qwen3.5 with both passes on tensor cores: FP8 1.7-2.0x the read floor at 1-8
-// tokens, faster than SGLang's Triton path at every one of them; MXFP4 2.8-3.9x; examples/results
-// "h200-ab"):
+// CUDA default; H200 Qwen3.5 with both passes on tensor cores: FP8 1.5-2.0x the read floor at 1-8
+// tokens, faster than SGLang's Triton path at every one of them (TP8: up to 16); MXFP4 2.6-3.5x;
+// examples/results "h200-ab2"):
 //
 //   gate/up  as many blocks as are resident; each derives the distinct experts (first-occurrence
 //            order) and takes jobs b, b + G, ...: job (expert u, tile) is 4 gate rows and the same
