@@ -838,7 +838,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
 #pragma unroll
         for (int kb = 0; kb < kDownMmaChunks / 2; ++kb) {
           if (2 * kb < nch) {
-            // the block's two chunks accumulate in two chains (4 MMAs deep each)
+            // the scale block's two chunks accumulate in two chains (4 MMAs deep each)
             float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int cc = 0; cc < 2; ++cc) {
