@@ -50,7 +50,7 @@ def env(monkeypatch):
 
 @pytest.mark.parametrize("T, K, I, expect", [
     (1, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP4
-    (8, 11, 128, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP8 at its H200 cap
+    (8, 11, 128, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP8 (H200 cap 16)
     (8, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # h: 88 * 264 * 4 B fits 160 KB
     (14, 11, 256, "gate/up on tensor cores, down on tensor cores"),       # 154 * 264 * 4 B = 162624 B fits
     (15, 11, 256, "down on CUDA cores (h as f16 halves is"),              # 165 * 264 * 4 B does not
