@@ -11,7 +11,9 @@
 # BENCH=1 (`sglang-smallm bench` at TOKENS: FP8 and MXFP4, Qwen3.5 TP4/TP8 row-major; BENCH_AB=1 also
 # builds the package from the baseline's hip/ into /tmp/basepkg and benches it beside this tree's,
 # and this tree with each of NEW_ENVS), PEER=1 (.peer/run.sh at TOKENS), LOADPATTERN=1
-# (examples/loadpattern: the gate/up's weight loads alone, by access pattern).
+# (examples/loadpattern: the gate/up's weight loads alone, by access pattern), VARIANTS (names of
+# more trees, each .ab/NAME/hip made like the baseline: each one more timeline column, e.g. the
+# baseline plus one change of this tree, to see each change alone).
 source examples/h200_common.sh
 BASE=${AB_BASE:-$R/.ab/base}
 CASES=${CASES:-0 1 256;0 4 256;0 8 256;1 1 256;1 8 256;0 1 128;0 8 128;0 10 128}
@@ -20,6 +22,11 @@ T=${TOKENS:-1,3,4,8,10}
 TLB="nvcc -std=c++17 -arch=sm_90a -O3 -DSMALLM_TIMELINE"
 ( $TLB -I"$BASE/hip" "$BASE/examples/timeline/timeline.cu" -o /tmp/timeline_base > "$OUT/timeline_base_build.log" 2>&1 ) &
 ( $TLB -Ihip examples/timeline/timeline.cu -o /tmp/timeline_new > "$OUT/timeline_new_build.log" 2>&1 ) &
+read -ra variants <<< "${VARIANTS:-}"
+for v in "${variants[@]}"; do
+  [ -d "$R/.ab/$v/hip" ] || { echo "no variant tree at $R/.ab/$v"; exit 2; }
+  ( $TLB -I"$R/.ab/$v/hip" examples/timeline/timeline.cu -o /tmp/timeline_$v > "$OUT/timeline_${v}_build.log" 2>&1 ) &
+done
 if [ "${BENCH_AB:-0}" = 1 ]; then  # the baseline package: this tree with the baseline's hip/
   ( rm -rf /tmp/basesrc && mkdir -p /tmp/basesrc && cp -r "$R"/pyproject.toml "$R"/setup.py "$R"/sglang_smallm_plugin "$R"/README.md /tmp/basesrc/ \
     && cp -r "$BASE/hip" /tmp/basesrc/hip && cd /tmp/basesrc && MAX_JOBS=8 SGLANG_SMALLM_BUILD=1 python3 -m pip install -q \
@@ -38,7 +45,8 @@ IFS=';' read -ra cs <<< "$CASES"
 IFS=';' read -ra envs <<< "${NEW_ENVS:-}"
 for c in "${cs[@]}"; do
   for round in 1 2; do
-    for which in base new; do
+    for which in base new "${variants[@]}"; do
+      [ -x /tmp/timeline_$which ] || continue
       echo "## $which round $round: $c"; timeout 60 /tmp/timeline_$which $c "${ITERS:-60}" 2>&1
     done
     for ev in "${envs[@]}"; do

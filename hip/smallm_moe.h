@@ -132,7 +132,9 @@ SMALLM_DEV float warp_row_sum(float v) {  // sum over lanes that share lane % 16
 
 SMALLM_DEV float silu(float g) { return g / (1.0f + fexp(-g)); }
 
-struct Routing {
+// What build_routing derives from topk_ids (the two-pass kernels hold only this: 19.5 KB of static
+// shared memory per block).
+struct alignas(128) Routing {
   int id[kMaxPairs];        // expert of each pair, -1 when out of range
   int e2u[kMaxExperts];     // first pair of an expert, then -(distinct index + 1)
   int ulead[kMaxPairs];     // first pair of distinct expert u
@@ -140,6 +142,10 @@ struct Routing {
   int ufill[kMaxPairs];
   int plist[kMaxPairs];     // pairs grouped by distinct expert
   int nd;
+};
+
+// The block kernel's routing, with its item tickets and the tokens a phase-2 item completed.
+struct FusedRouting : Routing {
   int ticket, next;
   int nfin;
   int fin[kMaxPairs];
@@ -197,9 +203,11 @@ SMALLM_DEV void build_routing_warp(const MoeArgs& a, Routing& R, int N, During& 
 // Derive distinct experts (first-occurrence order) and their pair lists. `during()` runs on every
 // thread once the expert ids are requested and before they are used (the gate/up issues its copy of
 // x there, behind the ids rather than ahead of them).
-template <class During>
+// The work is the first kThreads threads'; in larger blocks (kBlockThreads: the two-team gate/up)
+// the others only keep the barriers.
+template <int kBlockThreads = kThreads, class During>
 SMALLM_DEV void build_routing(const MoeArgs& a, Routing& R, During& during) {
-  const int t = thread_id();
+  const int t = kBlockThreads == kThreads || thread_id() < kThreads ? thread_id() : kMaxPairs + kMaxExperts;
   const int N = a.T * a.K;
 #if !defined(SMALLM_HIP)
   if (N <= kWarp) {
@@ -479,7 +487,7 @@ SMALLM_DEV void phase2_loads(const MoeArgs& a, const Geometry& G, const Routing&
 }
 
 template <int Fmt, int Layout>
-SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, Routing& R, int u, int rng, Loads& L, float* hs) {
+SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, FusedRouting& R, int u, int rng, Loads& L, float* hs) {
   using F = Format<Fmt>;
   const int t = thread_id();
   const int lead = R.ulead[u];
@@ -565,7 +573,7 @@ SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, Routing& R, int
 // ------------------------------------------------------------------ the kernel
 template <int Fmt, int Layout, int Variant>
 __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
-  __shared__ Routing R;
+  __shared__ FusedRouting R;
   __shared__ float red[kWarps][2][kMC][16];
   __shared__ __attribute__((aligned(16))) uint8_t stage[kStageBytes];
   const int t = thread_id();

@@ -20,8 +20,10 @@ SMALLM_TWOPASS(kMxfp4, kShuffle16x16)
 #undef SMALLM_TWOPASS
 #if !defined(SMALLM_HIP)
 #define SMALLM_MMA(F, L)                                                  \
-  template __global__ void smallm_gateup_mma_kernel<F, L, 4>(MoeArgs); \
-  template __global__ void smallm_gateup_mma_kernel<F, L, 8>(MoeArgs); \
+  template __global__ void smallm_gateup_mma_kernel<F, L, 4, 1>(MoeArgs); \
+  template __global__ void smallm_gateup_mma_kernel<F, L, 8, 1>(MoeArgs); \
+  template __global__ void smallm_gateup_mma_kernel<F, L, 4, 2>(MoeArgs); \
+  template __global__ void smallm_gateup_mma_kernel<F, L, 8, 2>(MoeArgs); \
   template __global__ void smallm_down_mma_kernel<F, L>(MoeArgs);
 SMALLM_MMA(kFp8Block128, kRowMajor)
 SMALLM_MMA(kFp8Block128, kShuffle16x16)
@@ -61,12 +63,13 @@ constexpr int kTwoPassVariant = 5;  // smallm_moe_twopass.h
 struct Capacity {
   int smem = -1, blocks = 0;
 };
-int resident_capacity(void (*kernel)(smallm::MoeArgs), Capacity (&table)[kMaxDevices], int& capacity, int smem = 0) {
+int resident_capacity(void (*kernel)(smallm::MoeArgs), Capacity (&table)[kMaxDevices], int& capacity, int smem = 0,
+                      int threads = smallm::kThreads) {
   int dev = 0;
   if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 1;
   if (table[dev].smem != smem) {
     int per_sm = 0, sms = 0;
-    if (GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&per_sm, kernel, smallm::kThreads, smem) != 0) return 2;
+    if (GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&per_sm, kernel, threads, smem) != 0) return 2;
     if (GPU(DeviceGetAttribute)(&sms, GPU_DEV_ATTR_SMS, dev) != 0) return 3;
     table[dev] = {smem, (per_sm > 0 ? per_sm : 1) * sms};
   }
@@ -207,22 +210,56 @@ int launch_gateup(const smallm::MoeArgs& a0, gpuStream_t stream) {
 }
 
 #if !defined(SMALLM_HIP)
-// Gate/up on tensor cores (smallm_gateup_mma_kernel): x staged as f16 in dynamic shared memory.
-template <int Fmt, int Layout, int kJ>
+// Gate/up on tensor cores (smallm_gateup_mma_kernel): x staged as f16 in dynamic shared memory;
+// blocks of kTeams teams of 256 threads.
+template <int Fmt, int Layout, int kJ, int kTeams>
 int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
-  auto kernel = smallm_gateup_mma_kernel<Fmt, Layout, kJ>;
+  auto kernel = smallm_gateup_mma_kernel<Fmt, Layout, kJ, kTeams>;
   static Capacity table[kMaxDevices];
   static int raised[kMaxDevices] = {0};
   MoeArgs a = a0;
   const int smem = a.T * a.D * 2;  // x as f16: up to kXStageBytes, fewer blocks per SM when large
   if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
   int capacity = 0;
-  if (const int err = resident_capacity(kernel, table, capacity, smem)) return err;
+  if (const int err = resident_capacity(kernel, table, capacity, smem, kThreads * kTeams)) return err;
   const long pairs = (long)a.T * a.K;
-  a.nblocks = grid_blocks((pairs < a.E ? pairs : a.E) * (a.I / 4), capacity);
-  kernel<<<a.nblocks, kThreads, smem, stream>>>(a);
+  const long jobs = (pairs < a.E ? pairs : a.E) * (a.I / 4);
+  a.nblocks = grid_blocks((jobs + kTeams - 1) / kTeams, capacity);
+  kernel<<<a.nblocks, kThreads * kTeams, smem, stream>>>(a);
   return (int)GPU(GetLastError)();
+}
+
+// One team per block while two such blocks fit an SM's 196 KB shared-memory carveout, else one
+// block of two teams. Two blocks past 196 KB take the 228 KB carveout, whose 28 KB of L1 slowed the
+// weight loads by a third (TP4 9 tokens); two teams hold x once per SM, which keeps the carveout at
+// 100-164 KB up to 16 tokens (examples/results "h200-ab3"). SMALLM_GATEUP_TEAMS=1 or 2 forces
+// either (A/B runs).
+constexpr int kTwoBlockCarveoutBytes = 196 * 1024;
+constexpr int kBlockReservedSmemBytes = 1024;  // per resident block, beside its own (sm_80+)
+struct StaticSmem {
+  int bytes = -1;  // a kernel's static shared memory, once read
+};
+template <int Fmt, int Layout, int kJ>
+int launch_gateup_mma_teams(const smallm::MoeArgs& a, gpuStream_t stream) {
+  static const char* forced = getenv("SMALLM_GATEUP_TEAMS");
+  static StaticSmem one_team[kMaxDevices];
+  int teams = 1;
+  if (forced && (forced[0] == '1' || forced[0] == '2')) {
+    teams = forced[0] - '0';
+  } else {
+    int dev = 0;
+    if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 1;
+    if (one_team[dev].bytes < 0) {
+      GPU(FuncAttributes) fa;
+      const void* k = reinterpret_cast<const void*>(smallm::smallm_gateup_mma_kernel<Fmt, Layout, kJ, 1>);
+      if (GPU(FuncGetAttributes)(&fa, k) != 0) return 5;
+      one_team[dev].bytes = (int)fa.sharedSizeBytes;
+    }
+    const int block = one_team[dev].bytes + a.T * a.D * 2 + kBlockReservedSmemBytes;
+    teams = 2 * block > kTwoBlockCarveoutBytes ? 2 : 1;
+  }
+  return teams == 2 ? launch_gateup_mma<Fmt, Layout, kJ, 2>(a, stream) : launch_gateup_mma<Fmt, Layout, kJ, 1>(a, stream);
 }
 #endif
 
@@ -236,7 +273,7 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   static const bool mma_down = env_switch_on("SMALLM_MMA_DOWN");  // 0: down on CUDA cores (A/B runs)
   if (mma && gateup_mma_fits<Fmt>(a.T, a.D)) {
     const bool j4 = a.D / mma_step_values<Fmt>() <= 4 * kWarps;
-    const int err = j4 ? launch_gateup_mma<Fmt, Layout, 4>(a, stream) : launch_gateup_mma<Fmt, Layout, 8>(a, stream);
+    const int err = j4 ? launch_gateup_mma_teams<Fmt, Layout, 4>(a, stream) : launch_gateup_mma_teams<Fmt, Layout, 8>(a, stream);
     if (err) return err;
     if (mma_down && down_mma_fits<Fmt>(a.T * a.K, a.I)) return launch_down_mma<Fmt, Layout>(a, stream);
     return launch_down<Fmt, Layout>(a, stream);

@@ -37,10 +37,14 @@ constexpr int kRingB = 3;       // down jobs whose weights are in flight per war
 constexpr int kHStageBytes = 32 * 1024;  // h staged in shared memory when it fits
 
 // Block size 256; on CUDA at least `minb` resident blocks per SM (register budget).
+// The tensor-core gate/up's block (CUDA only): `teams` teams of 256 threads, 2 / teams blocks per
+// SM (128 registers per thread either way).
 #if defined(SMALLM_HIP)
 #define SMALLM_TP_BOUNDS(minb) __attribute__((amdgpu_flat_work_group_size(1, 256)))
+#define SMALLM_TEAMS_BOUNDS(teams) __attribute__((amdgpu_flat_work_group_size(1, 256 * (teams))))
 #else
 #define SMALLM_TP_BOUNDS(minb) __launch_bounds__(256, minb)
+#define SMALLM_TEAMS_BOUNDS(teams) __launch_bounds__(256 * (teams), 2 / (teams))
 #endif
 
 // Gate/up job shape for hidden size D: kRows W13 rows (half gate, half up) over all of K, every
@@ -86,8 +90,8 @@ constexpr int kMaxYsBytes = 96 * 1024;  // the launcher adds blocks until y fits
 // measured slower on the H200: examples/results "h200-mma-down" run 1, and again for the
 // tensor-core gate/up at 1 token in "h200-timeline" run 4.)
 template <class Loads, class Issue, class Ready, class Compute>
-SMALLM_DEV void run_jobs(int njobs, int G, Issue& issue, Ready& ready, Compute& compute) {
-  int job = block_id();
+SMALLM_DEV void run_jobs(int first, int njobs, int G, Issue& issue, Ready& ready, Compute& compute) {
+  int job = first;
   Loads cur, nxt;
   if (job < njobs) issue(job, cur);
   ready();
@@ -191,7 +195,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_kernel(MoeArgs a) {
     }
   };
   auto nothing = [] {};
-  run_jobs<Loads>(njobs, G, issue, nothing, compute);
+  run_jobs<Loads>(block_id(), njobs, G, issue, nothing, compute);
 }
 
 // Power-of-two scale of a row staged as f16 (x in the tensor-core gate/up, h in the tensor-core
@@ -272,19 +276,33 @@ struct GateUpMmaLoads {
 
 #if defined(SMALLM_MMA_F16)
 // The static shared memory of the tensor-core gate/up kernel (x is in its dynamic shared memory).
+template <int kTeams>
 struct GateUpMmaShared {
   Routing R;
-  float red[2][kWarps][kMmaPairs][8];
+  float red[kTeams][2][kWarps][kMmaPairs][8];
   int xmax[kMaxPairs];  // per token: max |x| (float bits), then 2^e_t (float bits)
 };
+
+// The block's barrier, or with two teams (gate/up, 512 threads) the team's own: named barrier 1 + team
+// over its 256 threads.
+template <int kTeams>
+SMALLM_DEV void team_sync(int team) {
+  if constexpr (kTeams == 1) {
+    (void)team;
+    block_sync();
+  } else {
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + team), "r"(kThreads) : "memory");
+  }
+}
 
 // x -> shared memory xs [T][D] as it is (bf16), asynchronously: issued during the routing, right
 // after the expert ids are requested, so that its latency hides behind the routing (staged after
 // the first weight loads it took 3.5 us of the gate/up's 13 at T = 1: examples/results
 // "h200-timeline").
+template <int kBlockThreads>
 SMALLM_DEV void stage_x_issue(const MoeArgs& a, uint16_t* xs) {
   const int nv = a.T * a.D / 8;
-  for (int i = thread_id(); i < nv; i += kThreads) copy16_async(xs + 8 * i, a.x + 8 * i);
+  for (int i = thread_id(); i < nv; i += kBlockThreads) copy16_async(xs + 8 * i, a.x + 8 * i);
   copy_async_commit();
 }
 
@@ -292,7 +310,7 @@ SMALLM_DEV void stage_x_issue(const MoeArgs& a, uint16_t* xs) {
 // atomic per warp), then 2^e_t with max|x| * 2^-e_t in [2^14, 2^15), then the scaled values (for
 // MXFP4 every 8 in mxfp4_mma_order), each thread rewriting the vectors it read. xmax must be zero on
 // entry.
-template <bool kFp4>
+template <bool kFp4, int kBlockThreads>
 SMALLM_DEV void stage_x_finish(const MoeArgs& a, uint16_t* xs, int* xmax) {
   const int t = thread_id(), lane = lane_id();
   const int dv = a.D / 8;  // 16-byte vectors per token row
@@ -300,7 +318,7 @@ SMALLM_DEV void stage_x_finish(const MoeArgs& a, uint16_t* xs, int* xmax) {
   block_sync();
   for (int tok = 0; tok < a.T; ++tok) {
     float mx = 0.0f;
-    for (int i = t; i < dv; i += kThreads) {
+    for (int i = t; i < dv; i += kBlockThreads) {
       const Vec16 v = *reinterpret_cast<const Vec16*>(xs + (size_t)tok * a.D + 8 * i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) mx = fmaxf(mx, fmaxf(fabsf(bf16_lo(v.w[k])), fabsf(bf16_hi(v.w[k]))));
@@ -309,13 +327,13 @@ SMALLM_DEV void stage_x_finish(const MoeArgs& a, uint16_t* xs, int* xmax) {
     if (lane == 0) atomicMax(&xmax[tok], __builtin_bit_cast(int, mx));
   }
   block_sync();
-  for (int tok = t; tok < a.T; tok += kThreads) {
+  for (int tok = t; tok < a.T; tok += kBlockThreads) {
     xmax[tok] = __builtin_bit_cast(int, exp2_int(f16_stage_exponent(__builtin_bit_cast(float, xmax[tok]))));
   }
   block_sync();
   for (int tok = 0; tok < a.T; ++tok) {
     const float inv = exp2_int(127 - ((xmax[tok] >> 23) & 0xff));  // 2^-e
-    for (int i = t; i < dv; i += kThreads) {
+    for (int i = t; i < dv; i += kBlockThreads) {
       Vec16* xp = reinterpret_cast<Vec16*>(xs + (size_t)tok * a.D + 8 * i);
       const Vec16 v = *xp;
       uint16_t hv[8];
@@ -342,14 +360,16 @@ SMALLM_DEV void stage_x_finish(const MoeArgs& a, uint16_t* xs, int* xmax) {
 // kFull: every warp has all kJ steps (nsteps == 8 kJ), so the steps need no guards and their MMA
 // chains can interleave; MXFP4 steps accumulate in two independent chains (cs, cs2). FP8 takes its
 // steps in pairs under one guard (below).
-template <int Fmt, int kJ, bool kFull>
-SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint16_t* xs, int& buf, int job, int tiles,
-                               int nsteps, GateUpMmaLoads<kJ>& L) {
+template <int Fmt, int kJ, bool kFull, int kTeams>
+SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, const uint16_t* xs, int& buf, int job,
+                               int tiles, int nsteps, GateUpMmaLoads<kJ>& L) {
   using F = Format<Fmt>;
   constexpr bool kFp4 = Fmt == kMxfp4;
   constexpr int kSv = mma_step_values<Fmt>();
   const Routing& R = S.R;
-  const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
+  const int team = kTeams == 1 ? 0 : thread_id() / kThreads;  // this team's thread t
+  const int t = kTeams == 1 ? thread_id() : thread_id() % kThreads;
+  const int lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
   const int u = job / tiles, tile = job - u * tiles;
   const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
   const int pm = g >> 1, hf = g & 1;  // this lane's B column 2 pm + hf: pair pm of the pass, half hf
@@ -412,15 +432,15 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
       };
       StaticFor<0, kJ / 2>::run(pairs);
     }
-    if (q < mc) S.red[buf][w][q][g] = acc;  // rows 0-3 gate, 4-7 up
-    block_sync();
+    if (q < mc) S.red[team][buf][w][q][g] = acc;  // rows 0-3 gate, 4-7 up
+    team_sync<kTeams>(team);
     if (t < 4 * kMmaPairs) {
       const int m = t / 4, i = t % 4;
       if (m < mc) {
         float gs = 0.0f, us = 0.0f;
         for (int ww = 0; ww < kWarps; ++ww) {
-          gs += S.red[buf][ww][m][i];
-          us += S.red[buf][ww][m][4 + i];
+          gs += S.red[team][buf][ww][m][i];
+          us += S.red[team][buf][ww][m][4 + i];
         }
         const int p = R.plist[beg + m0 + m];
         const float sc = __builtin_bit_cast(float, S.xmax[p / a.K]);  // 2^e_t
@@ -432,23 +452,30 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared& S, const uint1
 }
 #endif
 
-template <int Fmt, int Layout, int kJ>
-__global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
+// kTeams = 2: one block of two teams per SM instead of two blocks. The teams take jobs as two blocks
+// would (team k of block b is virtual block 2b + k), each with its own reduction buffers and named
+// barrier, but they share one routing and one copy of x: with x in shared memory once per SM
+// instead of twice, more of the SM's 256 KB stays L1, which holds the weight loads in flight (two
+// blocks of 100 KB at TP4 9 tokens left 28 KB of L1 and ran 35 % slower: examples/results "h200-ab3").
+template <int Fmt, int Layout, int kJ, int kTeams>
+__global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) {
 #if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
   using F = Format<Fmt>;
   constexpr bool kFp4 = Fmt == kMxfp4;
+  constexpr int kBlockThreads = kThreads * kTeams;
   using Loads = GateUpMmaLoads<kJ>;
   extern __shared__ __attribute__((aligned(16))) uint16_t xs[];  // [T][D] f16, x * 2^-e_t
-  __shared__ GateUpMmaShared S;
+  __shared__ GateUpMmaShared<kTeams> S;
   SMALLM_TL_ENTRY(0);
   grid_dependents_launch();
-  for (int tok = thread_id(); tok < a.T; tok += kThreads) S.xmax[tok] = 0;
-  auto copy_x = [&] { stage_x_issue(a, xs); };
-  build_routing(a, S.R, copy_x);  // ends with a barrier
-  const int lane = lane_id(), w = thread_id() / kWarp, g = lane >> 2, q = lane & 3;
+  for (int tok = thread_id(); tok < a.T; tok += kBlockThreads) S.xmax[tok] = 0;
+  auto copy_x = [&] { stage_x_issue<kBlockThreads>(a, xs); };
+  build_routing<kBlockThreads>(a, S.R, copy_x);  // ends with a barrier
+  const int team = kTeams == 1 ? 0 : thread_id() / kThreads;
+  const int lane = lane_id(), w = (kTeams == 1 ? thread_id() : thread_id() % kThreads) / kWarp, g = lane >> 2, q = lane & 3;
   const Routing& R = S.R;
   SMALLM_TL_MARK(0, kTlRouting);
-  const int tiles = a.I / 4, njobs = R.nd * tiles, G = a.nblocks;
+  const int tiles = a.I / 4, njobs = R.nd * tiles, G = a.nblocks * kTeams, vb = block_id() * kTeams + team;
   const int rowb = a.D / F::kRowBytesDiv, nsteps = a.D / mma_step_values<Fmt>();
   auto issue = [&](int job, Loads& L) {
     const int u = job / tiles, tile = job - u * tiles;
@@ -488,16 +515,16 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
     }
   };
   int buf = 0;
-  auto stage_x = [&] {  // after the first jobs' loads are issued
-    stage_x_finish<kFp4>(a, xs, S.xmax);
+  auto stage_x = [&] {  // after the first jobs' loads are issued (both teams: block-wide barriers)
+    stage_x_finish<kFp4, kBlockThreads>(a, xs, S.xmax);
     SMALLM_TL_MARK(0, kTlReady);
   };
   auto jobs = [&](auto full) {  // full = 1: every warp has all kJ steps (gateup_mma_job's kFull)
     auto compute = [&](int job, Loads& L) {
-      gateup_mma_job<Fmt, kJ, decltype(full)::value != 0>(a, S, xs, buf, job, tiles, nsteps, L);
-      SMALLM_TL_MARK(0, kTlJob0 + imin((job - block_id()) / G, 5));
+      gateup_mma_job<Fmt, kJ, decltype(full)::value != 0, kTeams>(a, S, xs, buf, job, tiles, nsteps, L);
+      SMALLM_TL_MARK(0, kTlJob0 + imin((job - vb) / G, 5));
     };
-    run_jobs<Loads>(njobs, G, issue, stage_x, compute);
+    run_jobs<Loads>(vb, njobs, G, issue, stage_x, compute);
   };
   if (kFp4 && nsteps == kWarps * kJ)
     jobs(IntC<1>{});
@@ -511,15 +538,16 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_mma_kernel(MoeArgs a) {
 
 // ------------------------------------------------------------------ down kernel
 // The end of both down kernels: out[token, rows of the block's row-blocks] = out_scale * the sum
-// over the token's slots, in slot order, of topk_w * y (y: [nloc][T*K][rb] in shared memory).
-SMALLM_DEV void slot_sums(const MoeArgs& a, const Routing& R, const float* ys, int nloc, int rb) {
+// over the token's slots, in slot order, of tw * y (y: [nloc][T*K][rb] in shared memory; tw: the
+// routing weights, a.topk_w or a copy of them in shared memory).
+SMALLM_DEV void slot_sums(const MoeArgs& a, const Routing& R, const float* ys, const float* tw, int nloc, int rb) {
   const int N = a.T * a.K, G = a.nblocks, b = block_id();
   for (int idx = thread_id(); idx < nloc * a.T * rb; idx += kThreads) {
     const int i = idx / (a.T * rb), rest = idx - i * a.T * rb, tok = rest / rb, r = rest - tok * rb;
     float sum = 0.0f;
     for (int k = 0; k < a.K; ++k) {
       const int pq = tok * a.K + k;
-      if (R.id[pq] >= 0) sum = ffma(a.topk_w[pq], ys[(i * N + pq) * rb + r], sum);
+      if (R.id[pq] >= 0) sum = ffma(tw[pq], ys[(i * N + pq) * rb + r], sum);
     }
     a.out[(size_t)tok * a.D + (b + G * i) * rb + r] = f32_to_bf16(a.out_scale * sum);
   }
@@ -630,7 +658,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
   else
     jobs(IntC<0>{});
   block_sync();
-  slot_sums(a, R, ys, nloc, rb);
+  slot_sums(a, R, ys, a.topk_w, nloc, rb);
 }
 
 // ------------------------------------------------------------------ down on tensor cores (sm_89+)
@@ -663,10 +691,10 @@ __host__ __device__ inline bool down_mma_fits(int N, int I) {
 }
 __host__ __device__ inline int down_mma_exp_floats(int N) { return (N + 3) / 4 * 4; }  // 2^e_p per pair, 16-byte padded
 __host__ __device__ inline int down_mma_smem_bytes(int N, int I, int nloc) {
-  return down_ys_floats(N, kDownMmaRows, nloc) * 4 + down_mma_exp_floats(N) * 4 + N * down_mma_hstride(I) * 4;
+  return down_ys_floats(N, kDownMmaRows, nloc) * 4 + 2 * down_mma_exp_floats(N) * 4 + N * down_mma_hstride(I) * 4;
 }
 // The largest stage the launcher can ask for (y held to kMaxYsMmaBytes by the grid) fits an sm_90 block.
-static_assert(kHStageMmaBytes + kMaxYsMmaBytes + kMaxPairs * 4 + (int)sizeof(Routing) <= 227 * 1024,
+static_assert(kHStageMmaBytes + kMaxYsMmaBytes + 2 * kMaxPairs * 4 + (int)sizeof(Routing) <= 227 * 1024,
               "the tensor-core down's shared memory must fit one block");
 
 struct DownMmaLoads {
@@ -682,9 +710,13 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
   constexpr bool kFp4 = Fmt == kMxfp4;
   constexpr int kCv = mma_step_values<Fmt>();  // values of I per chunk
   constexpr int rb = kDownMmaRows;
-  extern __shared__ __attribute__((aligned(16))) float dsm[];  // ys [nloc][T*K][16], 2^e_p [T*K], h hi, h lo
+  extern __shared__ __attribute__((aligned(16))) float dsm[];  // ys [nloc][T*K][16], 2^e_p [T*K], topk_w [T*K], h hi, h lo
   __shared__ Routing R;
   SMALLM_TL_ENTRY(1);
+  // The routing weights for the slot sums, requested at entry and stored beside h (read from
+  // global memory in the slot sums, their latency was the call's last). They come from the router,
+  // which finished before the gate/up kernel began, so they may be read before the wait.
+  const float tw0 = thread_id() < a.T * a.K ? a.topk_w[thread_id()] : 0.0f;
   build_routing(a, R);
   SMALLM_TL_MARK(1, kTlRouting);
   const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
@@ -694,7 +726,8 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
   float* ys = dsm;
   float* hexp = ys + down_ys_floats(N, rb, down_local_blocks(nrb, G));
   const int hst = down_mma_hstride(a.I), nch = a.I / kCv, rowb2 = a.I / F::kRowBytesDiv;
-  uint16_t* hhi = reinterpret_cast<uint16_t*>(hexp + down_mma_exp_floats(N));
+  float* tws = hexp + down_mma_exp_floats(N);
+  uint16_t* hhi = reinterpret_cast<uint16_t*>(tws + down_mma_exp_floats(N));
   uint16_t* hlo = hhi + N * hst;
   const int nd = R.nd, njobs = nloc * nd;
   auto issue = [&](int jj, DownMmaLoads& L) {
@@ -796,6 +829,8 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
       }
     }
   }
+  if (t < N) tws[t] = tw0;
+  for (int p = t + kThreads; p < N; p += kThreads) tws[p] = a.topk_w[p];
   block_sync();
   SMALLM_TL_MARK(1, kTlHStaged);
   auto compute = [&](int jj, DownMmaLoads& L) {
@@ -882,7 +917,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
   }
   block_sync();
   SMALLM_TL_MARK(1, kTlDownJobs);
-  slot_sums(a, R, ys, nloc, rb);
+  slot_sums(a, R, ys, tws, nloc, rb);
   SMALLM_TL_EXIT(1);
 #else
   (void)a;
