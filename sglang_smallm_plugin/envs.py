@@ -38,4 +38,8 @@ PDL = Switch("SMALLM_PDL", "1",
 X_PREFETCH = Switch("SMALLM_X_PREFETCH", "1",
                     "experiment (kernel launcher): 0 turns off copying the next item's activations early")
 
-ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH)
+GATEUP_TEAMS = Switch("SMALLM_GATEUP_TEAMS", "",
+                      "A/B switch (CUDA, tensor-core gate/up): 1 or 2 teams of 256 threads per block; unset: 2 "
+                      "when two one-team blocks would pass the 196 KB shared-memory carveout, else 1")
+ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH,
+       GATEUP_TEAMS)

@@ -60,6 +60,11 @@ THREADS = 256                     # kThreads
 X_STAGE_BYTES = 160 * 1024        # kXStageBytes: x as f16 for the tensor-core gate/up
 H_STAGE_MMA_BYTES = 160 * 1024    # kHStageMmaBytes: h as two f16 halves for the tensor-core down
 DOWN_MMA_CHUNKS = 4               # kDownMmaChunks: I <= step * 4 for the tensor-core down
+TWO_BLOCK_CARVEOUT_BYTES = 196 * 1024  # kTwoBlockCarveoutBytes (hip/smallm_moe.hip)
+BLOCK_RESERVED_SMEM_BYTES = 1024       # kBlockReservedSmemBytes
+# The one-team tensor-core gate/up's static shared memory as ptxas reports it for sm_90a (the
+# launcher reads it from the kernel; this mirror only words the log line).
+GATEUP_STATIC_SMEM_BYTES = 24704
 
 
 def _mma_step_values(fmt: str) -> int:
@@ -93,6 +98,15 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int) -> str:
     if not (x_bytes <= X_STAGE_BYTES and D % step == 0 and D // step <= 64):
         return (f"two-pass (variant 5): gate/up and down on CUDA cores (x as f16 is {x_bytes} B, over the "
                 f"{X_STAGE_BYTES} B stage)")
+    block = GATEUP_STATIC_SMEM_BYTES + x_bytes + BLOCK_RESERVED_SMEM_BYTES
+    if envs.GATEUP_TEAMS.get().strip()[:1] in ("1", "2"):
+        n = envs.GATEUP_TEAMS.get().strip()[:1]
+        gateup = f"gate/up on tensor cores ({n} team{'s' if n == '2' else ''} per block: SMALLM_GATEUP_TEAMS={n})"
+    elif 2 * block > TWO_BLOCK_CARVEOUT_BYTES:
+        gateup = (f"gate/up on tensor cores (2 teams per block, x once per SM: two blocks of x {x_bytes} B would "
+                  f"pass the {TWO_BLOCK_CARVEOUT_BYTES // 1024} KB shared-memory carveout)")
+    else:
+        gateup = "gate/up on tensor cores"
     h_bytes = T * K * (I + 8) * 4
     if not envs.MMA_DOWN.enabled():
         down = "down on CUDA cores (SMALLM_MMA_DOWN=0)"
@@ -102,7 +116,7 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int) -> str:
         down = f"down on CUDA cores (h as f16 halves is {h_bytes} B, over the {H_STAGE_MMA_BYTES} B stage)"
     else:
         down = "down on tensor cores"
-    return f"two-pass (variant 5): gate/up on tensor cores, {down}"
+    return f"two-pass (variant 5): {gateup}, {down}"
 
 
 @dataclass(frozen=True)

@@ -185,6 +185,20 @@ def test_mxfp4_tensor_core_kernels_use_mma(sm90a_ptx, kernel):
     assert "cvt.rn.f16x2.e4m3x2" not in body  # no FP8 conversion in the MXFP4 kernels
 
 
+def test_gateup_static_shared_memory_matches_the_plan_mirror(sm90a_ptx):
+    """The one-team tensor-core gate/up's static shared memory (every format, layout and kJ) is the
+    figure kernels.kernel_plan words its teams choice with (the launcher reads it from the kernel)."""
+    from sglang_smallm_plugin import kernels
+
+    sizes = {}
+    for name, body in sm90a_ptx.items():
+        if "smallm_gateup_mma_kernel" in name:
+            sizes[name] = sum(map(int, re.findall(r"^\s*\.shared \.align \d+ \.b8 \S+\[(\d+)\];", body, re.M)))
+    one_team = {n: v for n, v in sizes.items() if n.endswith("ELi1EEEvNS_7MoeArgsE")}
+    assert len(one_team) == 8 and len(sizes) == 16, sorted(sizes)
+    assert set(one_team.values()) == {kernels.GATEUP_STATIC_SMEM_BYTES}, one_team
+
+
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
 def test_timeline_harness_builds_and_package_has_no_marks(sm90a_build, tmp_path):
     """examples/timeline/timeline.cu (the per-block phase timeline) builds against the current

@@ -11,11 +11,11 @@ HIP = Path(__file__).resolve().parents[1] / "hip"
 
 
 def _cpp_const(name: str) -> int:
-    for f in HIP.glob("*.h"):
+    for f in sorted(HIP.glob("*.h")) + sorted(HIP.glob("*.hip")):
         m = re.search(rf"constexpr int {name} = ([0-9 *]+);", f.read_text())
         if m:
             return eval(m.group(1))  # only digits, spaces and '*' (the regex)
-    raise AssertionError(f"{name} not found in hip/*.h")
+    raise AssertionError(f"{name} not found in hip/*.h, hip/*.hip")
 
 
 def test_constants_match_the_headers():
@@ -23,6 +23,8 @@ def test_constants_match_the_headers():
     assert kernels.X_STAGE_BYTES == _cpp_const("kXStageBytes")
     assert kernels.H_STAGE_MMA_BYTES == _cpp_const("kHStageMmaBytes")
     assert kernels.DOWN_MMA_CHUNKS == _cpp_const("kDownMmaChunks")
+    assert kernels.TWO_BLOCK_CARVEOUT_BYTES == _cpp_const("kTwoBlockCarveoutBytes")
+    assert kernels.BLOCK_RESERVED_SMEM_BYTES == _cpp_const("kBlockReservedSmemBytes")
     # the fixed counters of the sync workspace (ticket, exit) precede done1 and used1
     assert kernels.SYNC_FIXED_WORDS == _cpp_const("kSyncDone1") + 2 * _cpp_const("kMaxPairs")
 
@@ -41,9 +43,18 @@ def test_mma_step_values_match_the_headers():
     assert kernels._mma_step_values("mxfp4") == 4 * _format_elems("kMxfp4")
 
 
+def test_every_switch_the_launcher_reads_is_documented():
+    """Each environment variable hip/smallm_moe.hip reads is an envs.Switch (doctor lists them)."""
+    from sglang_smallm_plugin import envs
+
+    read = set(re.findall(r'(?:env_switch_on|getenv)\("(\w+)"\)', (HIP / "smallm_moe.hip").read_text()))
+    assert "SMALLM_GATEUP_TEAMS" in read and "SMALLM_MMA" in read
+    assert read <= {s.name for s in envs.ALL}, read - {s.name for s in envs.ALL}
+
+
 @pytest.fixture
 def env(monkeypatch):
-    for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN"):
+    for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN", "SMALLM_GATEUP_TEAMS"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -52,7 +63,11 @@ def env(monkeypatch):
     (1, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP4
     (8, 11, 128, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP8 (H200 cap 16)
     (8, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # h: 88 * 264 * 4 B fits 160 KB
-    (14, 11, 256, "gate/up on tensor cores, down on tensor cores"),       # 154 * 264 * 4 B = 162624 B fits
+    (9, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # 2 x (24704 + 73728 + 1024) B fit 196 KB
+    (10, 11, 256, "gate/up on tensor cores (2 teams per block, x once per SM: two blocks of x 81920 B would pass "
+                  "the 196 KB shared-memory carveout), down on tensor cores"),
+    (14, 11, 256, "x once per SM"),                                        # and h: 154 * 264 * 4 B = 162624 B fits
+    (14, 11, 256, "down on tensor cores"),
     (15, 11, 256, "down on CUDA cores (h as f16 halves is"),              # 165 * 264 * 4 B does not
     (4, 8, 384, "down on CUDA cores (I=384 over 256)"),                   # Qwen3-235B-like
     (21, 11, 256, "gate/up and down on CUDA cores (x as f16 is 172032 B"),  # x: 21 * 4096 * 2 B over 160 KB
@@ -66,7 +81,8 @@ def test_h200_fp8_plan(env, T, K, I, expect):
     (8, 11, 128, "gate/up on tensor cores, down on tensor cores"),
     (4, 8, 384, "gate/up on tensor cores, down on tensor cores"),         # 3 chunks of 128: fits (FP8 does not)
     (2, 8, 640, "down on CUDA cores (I=640 over 512)"),
-    (16, 11, 128, "gate/up on tensor cores, down on tensor cores"),        # h: 176 * 136 * 4 B fits 160 KB
+    (16, 11, 128, "x once per SM"),                                        # x: 16 * 4096 * 2 B
+    (16, 11, 128, "down on tensor cores"),                                 # h: 176 * 136 * 4 B fits 160 KB
     (16, 11, 256, "down on CUDA cores (h as f16 halves is"),
     (21, 11, 256, "gate/up and down on CUDA cores (x as f16 is 172032 B"),
 ])
