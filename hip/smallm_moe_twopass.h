@@ -3,9 +3,9 @@
 // The block kernel (smallm_moe.h) runs one launch whose items hand partial sums to each other
 // through global counters; on the H200 it is bound by that per-item chain (acquire, partial
 // reads, release, ticket), not by the weight bytes. Here nothing waits on another block (the
-// CUDA default; H200 Qwen3.5 with both passes on tensor cores: FP8 1.5-2.0x the read floor at 1-8
-// tokens, faster than SGLang's Triton path at every one of them (TP8: up to 16); MXFP4 2.6-3.5x;
-// examples/results "h200-ab2"):
+// CUDA default; H200 Qwen3.5 with both passes on tensor cores: FP8 1.45-1.95x the read floor at 1-9
+// tokens, faster than SGLang's Triton path up to 12 tokens at TP4 and 16 at TP8; MXFP4 2.5-3.4x at
+// 1-12; examples/results "h200-ab3"):
 //
 //   gate/up  as many blocks as are resident; each derives the distinct experts (first-occurrence
 //            order) and takes jobs b, b + G, ...: job (expert u, tile) is 4 gate rows and the same
@@ -13,7 +13,8 @@
 //            x of every pair of e, reduced over the block into h[pair, rows] = silu(gate) * up
 //            (fp32). The next job's weights are loaded while this one computes. FP8 and MXFP4 on
 //            CUDA run the same jobs on tensor cores (smallm_gateup_mma_kernel) while x fits its
-//            f16 stage.
+//            f16 stage, as one block of two 256-thread teams per SM where two blocks' x would leave
+//            the SM too little L1 (the launcher's launch_gateup_mma_teams).
 //   down     as many blocks as are resident; block b owns row-blocks (rb output rows) b, b + G, ...
 //            for every pair. Its warps take the (row-block, distinct expert) jobs in turn with three
 //            jobs' W2 rows in flight, read h (staged in shared memory when small), write

@@ -40,7 +40,7 @@ VARIANTS = {
          "the launcher runs the default",
     "5": "two streaming kernels: gate/up, then down + slot sum (programmatic dependent launch on sm_90); "
          "FP8 and MXFP4 on CUDA run both on tensor cores where x and h fit their f16 stages "
-         "[h200-twopass, h200-mma-down, h200-timeline, h200-ab, h200-ab2]",
+         "[h200-twopass, h200-mma-down, h200-timeline, h200-ab, h200-ab2, h200-ab3]",
 }
 
 

@@ -63,6 +63,9 @@ def test_sort_matches_reference_exactly(case, seed):
     {"SMALLM_KERNEL_VARIANT": "5", "SMALLM_MMA": "0"},  # two kernels, gate/up and down on CUDA cores
     {"SMALLM_KERNEL_VARIANT": "5", "SMALLM_MMA_DOWN": "0"},  # gate/up on tensor cores, down on CUDA cores
     {"SMALLM_PDL": "0"},  # two kernels, plain stream-ordered launches
+    # the tensor-core gate/up with two teams per block where the launcher takes one, and the reverse
+    {"SMALLM_GATEUP_TEAMS": "2", "formats": "fp8_block128,mxfp4"},
+    {"SMALLM_GATEUP_TEAMS": "1", "formats": "fp8_block128,mxfp4", "tokens": "10,12"},
 ], ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
 def test_kernel_variants_match_reference(switches):
     """Every kernel variant and A/B switch (read once per process, so in a child process): the same
@@ -71,8 +74,10 @@ def test_kernel_variants_match_reference(switches):
     import subprocess
     import sys
 
+    switches = dict(switches)
+    formats, tokens = switches.pop("formats", "fp8_block128"), switches.pop("tokens", "1,3,8")
     env = dict(os.environ, **switches)
     r = subprocess.run([sys.executable, "-m", "sglang_smallm_plugin.cli", "selftest", "--what", "moe", "--seeds", "2",
-                        "--shapes", "qwen35-tp8,qwen3-235b-tp4", "--formats", "fp8_block128", "--tokens", "1,3,8"],
+                        "--shapes", "qwen35-tp8,qwen3-235b-tp4", "--formats", formats, "--tokens", tokens],
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and "cases pass" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
