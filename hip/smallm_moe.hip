@@ -231,10 +231,11 @@ int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
 }
 
 // One team per block while two such blocks fit an SM's 196 KB shared-memory carveout, else one
-// block of two teams. Two blocks past 196 KB take the 228 KB carveout, whose 28 KB of L1 slowed the
-// weight loads by a third (TP4 9 tokens); two teams hold x once per SM, which keeps the carveout at
-// 100-164 KB up to 16 tokens (examples/results "h200-ab3"). SMALLM_GATEUP_TEAMS=1 or 2 forces
-// either (A/B runs).
+// block of two teams. Two blocks past 196 KB take the 228 KB carveout and leave 28 KB of L1, where
+// the weight loads in flight are staged: the gate/up's job loop took 44 % longer from 8 to 9 tokens
+// at TP4 ("h200-ab2" run 6). Two teams hold x once per SM, which keeps the carveout at 100-164 KB up
+// to 16 tokens (TP4 10 tokens 125.8 -> 109.8 us; examples/results "h200-ab3"). SMALLM_GATEUP_TEAMS=1
+// or 2 forces either (A/B runs).
 constexpr int kTwoBlockCarveoutBytes = 196 * 1024;
 constexpr int kBlockReservedSmemBytes = 1024;  // per resident block, beside its own (sm_80+)
 struct StaticSmem {
@@ -259,7 +260,8 @@ int launch_gateup_mma_teams(const smallm::MoeArgs& a, gpuStream_t stream) {
     const int block = one_team[dev].bytes + a.T * a.D * 2 + kBlockReservedSmemBytes;
     teams = 2 * block > kTwoBlockCarveoutBytes ? 2 : 1;
   }
-  return teams == 2 ? launch_gateup_mma<Fmt, Layout, kJ, 2>(a, stream) : launch_gateup_mma<Fmt, Layout, kJ, 1>(a, stream);
+  if (teams == 2) return launch_gateup_mma<Fmt, Layout, kJ, 2>(a, stream);
+  return launch_gateup_mma<Fmt, Layout, kJ, 1>(a, stream);
 }
 #endif
 
@@ -273,7 +275,8 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   static const bool mma_down = env_switch_on("SMALLM_MMA_DOWN");  // 0: down on CUDA cores (A/B runs)
   if (mma && gateup_mma_fits<Fmt>(a.T, a.D)) {
     const bool j4 = a.D / mma_step_values<Fmt>() <= 4 * kWarps;
-    const int err = j4 ? launch_gateup_mma_teams<Fmt, Layout, 4>(a, stream) : launch_gateup_mma_teams<Fmt, Layout, 8>(a, stream);
+    const int err =
+        j4 ? launch_gateup_mma_teams<Fmt, Layout, 4>(a, stream) : launch_gateup_mma_teams<Fmt, Layout, 8>(a, stream);
     if (err) return err;
     if (mma_down && down_mma_fits<Fmt>(a.T * a.K, a.I)) return launch_down_mma<Fmt, Layout>(a, stream);
     return launch_down<Fmt, Layout>(a, stream);

@@ -456,8 +456,8 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, con
 // kTeams = 2: one block of two teams per SM instead of two blocks. The teams take jobs as two blocks
 // would (team k of block b is virtual block 2b + k), each with its own reduction buffers and named
 // barrier, but they share one routing and one copy of x: with x in shared memory once per SM
-// instead of twice, more of the SM's 256 KB stays L1, which holds the weight loads in flight (two
-// blocks of 100 KB at TP4 9 tokens left 28 KB of L1 and ran 35 % slower: examples/results "h200-ab3").
+// instead of twice, more of the SM's 256 KB stays L1, which holds the weight loads in flight (at TP4
+// 10 tokens two one-team blocks leave 28 KB of L1: 125.8 us, two teams 109.8; examples/results "h200-ab3").
 template <int Fmt, int Layout, int kJ, int kTeams>
 __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) {
 #if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
@@ -473,6 +473,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   auto copy_x = [&] { stage_x_issue<kBlockThreads>(a, xs); };
   build_routing<kBlockThreads>(a, S.R, copy_x);  // ends with a barrier
   const int team = kTeams == 1 ? 0 : thread_id() / kThreads;
+  // w: the warp within its team (the measured form: reordering these declarations changes the SASS)
   const int lane = lane_id(), w = (kTeams == 1 ? thread_id() : thread_id() % kThreads) / kWarp, g = lane >> 2, q = lane & 3;
   const Routing& R = S.R;
   SMALLM_TL_MARK(0, kTlRouting);
