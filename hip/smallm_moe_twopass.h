@@ -238,19 +238,23 @@ SMALLM_DEV float exp2_int(int e) { return __builtin_bit_cast(float, (127 + e) <<
 // zero: reference.quant.mxfp4_tensor_core_weights models it); the step's MMA sums take 2^(R - 128)
 // in fp32.
 constexpr int kMmaPairs = 4;                 // pairs per MMA pass: B columns 2m, 2m+1 are pair m's two halves
-// x staged as f16 when T * D * 2 fits: up to 64 KB two blocks per SM, beyond that one (T <= 20 at
-// D = 4096; above, the CUDA-core kernels).
+// x staged as f16 when T * D * 2 fits (T <= 20 at D = 4096; above, the CUDA-core kernels): two
+// one-team blocks per SM while both fit the 196 KB carveout, else one block of two teams
+// (the launcher's launch_gateup_mma_teams).
 constexpr int kXStageBytes = 160 * 1024;
 
 // Values of K per step (4 lanes x one 16-byte vector): 64 FP8, 128 MXFP4.
 template <int Fmt>
 __host__ __device__ constexpr int mma_step_values() { return 4 * Format<Fmt>::kElems; }
 
+// Bytes of x staged as f16 by the tensor-core gate/up (its dynamic shared memory).
+__host__ __device__ inline long gateup_x_stage_bytes(int T, int D) { return (long)T * D * 2; }
+
 // x fits the f16 stage, and every warp takes at most 8 steps.
 template <int Fmt>
 __host__ __device__ inline bool gateup_mma_fits(int T, int D) {
   constexpr int sv = mma_step_values<Fmt>();
-  return (long)T * D * 2 <= kXStageBytes && D % sv == 0 && D / sv <= 8 * kWarps;
+  return gateup_x_stage_bytes(T, D) <= kXStageBytes && D % sv == 0 && D / sv <= 8 * kWarps;
 }
 
 #if defined(SMALLM_MMA_F16)
