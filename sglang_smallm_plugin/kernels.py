@@ -98,11 +98,11 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int) -> str:
     if not (x_bytes <= X_STAGE_BYTES and D % step == 0 and D // step <= 64):
         return (f"two-pass (variant 5): gate/up and down on CUDA cores (x as f16 is {x_bytes} B, over the "
                 f"{X_STAGE_BYTES} B stage)")
-    block = GATEUP_STATIC_SMEM_BYTES + x_bytes + BLOCK_RESERVED_SMEM_BYTES
-    if envs.GATEUP_TEAMS.get().strip()[:1] in ("1", "2"):
-        n = envs.GATEUP_TEAMS.get().strip()[:1]
-        gateup = f"gate/up on tensor cores ({n} team{'s' if n == '2' else ''} per block: SMALLM_GATEUP_TEAMS={n})"
-    elif 2 * block > TWO_BLOCK_CARVEOUT_BYTES:
+    forced = envs.GATEUP_TEAMS.get().strip()[:1]  # the launcher reads the first character
+    if forced in ("1", "2"):
+        gateup = (f"gate/up on tensor cores ({forced} team{'s' if forced == '2' else ''} per block: "
+                  f"SMALLM_GATEUP_TEAMS={forced})")
+    elif 2 * (GATEUP_STATIC_SMEM_BYTES + x_bytes + BLOCK_RESERVED_SMEM_BYTES) > TWO_BLOCK_CARVEOUT_BYTES:
         gateup = (f"gate/up on tensor cores (2 teams per block, x once per SM: two blocks of x {x_bytes} B would "
                   f"pass the {TWO_BLOCK_CARVEOUT_BYTES // 1024} KB shared-memory carveout)")
     else:
