@@ -4,7 +4,8 @@
 # one-case smoke test, then each stage unless switched off: SELFTEST (moe, SEEDS seeds, default 5,
 # and edge), TESTS=1 the GPU tests, MEMCHECK=1 compute-sanitizer, TIMELINE (examples/timeline),
 # BENCH (`sglang-smallm bench`, Qwen3.5 TP4/TP8 row-major: FP8 at TOKENS, MXFP4 at MXTOKENS), PEER=1
-# SGLang's Triton FP8 peer (.peer/, carry [".peer"]) at TOKENS.
+# SGLang's Triton FP8 peer (.peer/, carry [".peer"]) at TOKENS. SELFTOKENS: the selftest also at these
+# token counts (SEEDS seeds, every shape); MEMTOKENS: memcheck's token counts (default 1,8).
 source examples/h200_common.sh
 T=${TOKENS:-1,2,4,8}
 MT=${MXTOKENS:-$T}
@@ -18,6 +19,11 @@ if [ "${SELFTEST:-1}" = 1 ]; then
   stamp selftest
   timeout 200 python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds "${SEEDS:-5}" > "$OUT/selftest_default.log" 2>&1
   tail -1 "$OUT/selftest_default.log"; grep -E " (FAIL|fail)" "$OUT/selftest_default.log" | head -5
+  if [ -n "${SELFTOKENS:-}" ]; then
+    timeout 200 python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds "${SEEDS:-5}" --tokens "$SELFTOKENS" \
+      > "$OUT/selftest_tokens.log" 2>&1
+    tail -1 "$OUT/selftest_tokens.log"; grep -E " (FAIL|fail)" "$OUT/selftest_tokens.log" | head -5
+  fi
   timeout 60 python3 -m sglang_smallm_plugin.cli selftest --what edge > "$OUT/selftest_edge.log" 2>&1; tail -1 "$OUT/selftest_edge.log"
 fi
 if [ "${TESTS:-0}" = 1 ]; then
@@ -27,7 +33,7 @@ fi
 if [ "${MEMCHECK:-0}" = 1 ]; then
   stamp memcheck
   timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
-    selftest --what moe --seeds 1 --shapes qwen35-tp4,qwen35-tp8,minimax-m3 --tokens 1,8 > "$OUT/sanitize_default.log" 2>&1
+    selftest --what moe --seeds 1 --shapes qwen35-tp4,qwen35-tp8,minimax-m3 --tokens "${MEMTOKENS:-1,8}" > "$OUT/sanitize_default.log" 2>&1
   grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize_default.log"
 fi
 if [ "${TIMELINE:-1}" = 1 ]; then

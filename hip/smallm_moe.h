@@ -280,9 +280,10 @@ SMALLM_DEV void build_routing(const MoeArgs& a, Routing& R, During& during) {
     }
   block_sync();
 }
+template <int kBlockThreads = kThreads>
 SMALLM_DEV void build_routing(const MoeArgs& a, Routing& R) {
   auto nothing = [] {};
-  build_routing(a, R, nothing);
+  build_routing<kBlockThreads>(a, R, nothing);
 }
 
 

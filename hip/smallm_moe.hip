@@ -24,7 +24,8 @@ SMALLM_TWOPASS(kMxfp4, kShuffle16x16)
   template __global__ void smallm_gateup_mma_kernel<F, L, 8, 1>(MoeArgs); \
   template __global__ void smallm_gateup_mma_kernel<F, L, 4, 2>(MoeArgs); \
   template __global__ void smallm_gateup_mma_kernel<F, L, 8, 2>(MoeArgs); \
-  template __global__ void smallm_down_mma_kernel<F, L>(MoeArgs);
+  template __global__ void smallm_down_mma_kernel<F, L, 1>(MoeArgs); \
+  template __global__ void smallm_down_mma_kernel<F, L, 2>(MoeArgs);
 SMALLM_MMA(kFp8Block128, kRowMajor)
 SMALLM_MMA(kFp8Block128, kShuffle16x16)
 SMALLM_MMA(kMxfp4, kRowMajor)
@@ -124,15 +125,16 @@ int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // when there is less work). The down kernel's dynamic shared memory (y of its rows, staged h) is
 // raised per device as needed; on CUDA it is a programmatic dependent launch unless SMALLM_PDL=0.
 template <class Kernel>
-int launch_dependent(Kernel kernel, const smallm::MoeArgs& a, int smem, gpuStream_t stream) {
+int launch_dependent(Kernel kernel, const smallm::MoeArgs& a, int smem, gpuStream_t stream,
+                     int threads = smallm::kThreads) {
 #if defined(SMALLM_HIP)
-  kernel<<<a.nblocks, smallm::kThreads, smem, stream>>>(a);
+  kernel<<<a.nblocks, threads, smem, stream>>>(a);
   return (int)GPU(GetLastError)();
 #else
   static const bool pdl = env_switch_on("SMALLM_PDL");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(a.nblocks);
-  cfg.blockDim = dim3(smallm::kThreads);
+  cfg.blockDim = dim3(threads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -170,15 +172,14 @@ int launch_down(const smallm::MoeArgs& a0, gpuStream_t stream) {
 }
 
 #if !defined(SMALLM_HIP)
-// Down on tensor cores (smallm_down_mma_kernel): h staged as f16 halves in dynamic shared memory.
-template <int Fmt, int Layout>
-int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
+// Down on tensor cores (smallm_down_mma_kernel): h staged as f16 halves in dynamic shared memory;
+// blocks of kTeams teams of 256 threads.
+template <int Fmt, int Layout, int kTeams>
+int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream, int capacity) {
   using namespace smallm;
-  auto kernel = smallm_down_mma_kernel<Fmt, Layout>;
-  static Capacity table[kMaxDevices], table_smem[kMaxDevices];
+  auto kernel = smallm_down_mma_kernel<Fmt, Layout, kTeams>;
+  static Capacity table_smem[kMaxDevices];
   static int raised[kMaxDevices] = {0};
-  int capacity = 0;
-  if (const int err = resident_capacity(kernel, table, capacity)) return err;
   MoeArgs a = a0;
   const int N = a.T * a.K, nrb = a.D / kDownMmaRows;
   // Staged h can be large (up to kHStageMmaBytes): size the grid by the blocks that fit with it; a
@@ -188,11 +189,36 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   for (int step = 0; step < 4; ++step) {
     smem = down_mma_smem_bytes(N, a.I, down_local_blocks(nrb, a.nblocks));
     if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
-    if (const int err = resident_capacity(kernel, table_smem, capacity, smem)) return err;
+    if (const int err = resident_capacity(kernel, table_smem, capacity, smem, kThreads * kTeams)) return err;
     if (capacity >= a.nblocks) break;
     a.nblocks = down_grid(N, kDownMmaRows, nrb, capacity, kMaxYsMmaBytes);
   }
-  return launch_dependent(kernel, a, smem, stream);
+  return launch_dependent(kernel, a, smem, stream, kThreads * kTeams);
+}
+
+// From kDownTeamsMinPairs pairs on, one block of two teams (16 warps sharing the routing, the h
+// stage and y: twice the W2 in flight per block), else one team. Qwen3.5 FP8 on the H200, forced one
+// vs two teams (examples/results "h200-ab4" run 3, us): TP4 2 tokens (22 pairs) 26.7 vs 27.2,
+// 4 (44) 46.5 vs 45.5, 8 (88) 86.5 vs 80.6, 12 (132) 123.3 vs 113.3; TP8 2 tokens 17.3 vs 17.9,
+// 4: 29.1 vs 28.9, 16: 99.6 vs 83.7; MXFP4 alike. 33 pairs (3 tokens) was not measured: the rule splits
+// at the routing's one-warp limit. SMALLM_DOWN_TEAMS=1 or 2 forces either (A/B runs).
+constexpr int kDownTeamsMinPairs = 33;
+template <int Fmt, int Layout>
+int launch_down_mma_teams(const smallm::MoeArgs& a, gpuStream_t stream) {
+  using namespace smallm;
+  static const char* forced = getenv("SMALLM_DOWN_TEAMS");
+  int teams = a.T * a.K >= kDownTeamsMinPairs ? 2 : 1;
+  if (forced && (forced[0] == '1' || forced[0] == '2')) teams = forced[0] - '0';
+  int capacity = 0;
+  if (teams == 2) {
+    static Capacity table[kMaxDevices];
+    if (const int err = resident_capacity(smallm_down_mma_kernel<Fmt, Layout, 2>, table, capacity, 0, 2 * kThreads))
+      return err;
+    return launch_down_mma<Fmt, Layout, 2>(a, stream, capacity);
+  }
+  static Capacity table[kMaxDevices];
+  if (const int err = resident_capacity(smallm_down_mma_kernel<Fmt, Layout, 1>, table, capacity)) return err;
+  return launch_down_mma<Fmt, Layout, 1>(a, stream, capacity);
 }
 #endif
 
@@ -278,7 +304,7 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
     const int err =
         j4 ? launch_gateup_mma_teams<Fmt, Layout, 4>(a, stream) : launch_gateup_mma_teams<Fmt, Layout, 8>(a, stream);
     if (err) return err;
-    if (mma_down && down_mma_fits<Fmt>(a.T * a.K, a.I)) return launch_down_mma<Fmt, Layout>(a, stream);
+    if (mma_down && down_mma_fits<Fmt>(a.T * a.K, a.I)) return launch_down_mma_teams<Fmt, Layout>(a, stream);
     return launch_down<Fmt, Layout>(a, stream);
   }
 #endif

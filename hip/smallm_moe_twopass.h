@@ -304,11 +304,68 @@ SMALLM_DEV void team_sync(int team) {
 // after the expert ids are requested, so that its latency hides behind the routing (staged after
 // the first weight loads it took 3.5 us of the gate/up's 13 at T = 1: examples/results
 // "h200-timeline").
+// In two-team blocks (16 warps, from 10 tokens at D = 4096), warp w copies and then stages tokens
+// w, w + 16, ... alone, lane l the vectors l, l + 32, ... of each: no block barrier between the copy,
+// the max and the rescale (block-wide they are T rounds of two barriers). TP4 12 tokens 117.9 ->
+// 113.1 us, 14: 144.7 -> 136.9; in one-team blocks (8 warps) it was slower, 4 tokens 44.7 -> 46.6
+// (examples/results "h200-ab4" run 3).
+template <int kBlockThreads>
+SMALLM_DEV bool stage_x_by_warps(int T) { return kBlockThreads > kThreads && 2 * T >= kBlockThreads / kWarp; }
 template <int kBlockThreads>
 SMALLM_DEV void stage_x_issue(const MoeArgs& a, uint16_t* xs) {
-  const int nv = a.T * a.D / 8;
-  for (int i = thread_id(); i < nv; i += kBlockThreads) copy16_async(xs + 8 * i, a.x + 8 * i);
+  if (stage_x_by_warps<kBlockThreads>(a.T)) {
+    const int dv = a.D / 8, lane = lane_id();
+    for (int tok = thread_id() / kWarp; tok < a.T; tok += kBlockThreads / kWarp)
+      for (int i = lane; i < dv; i += kWarp) copy16_async(xs + (size_t)tok * a.D + 8 * i, a.x + (size_t)tok * a.D + 8 * i);
+  } else {
+    const int nv = a.T * a.D / 8;
+    for (int i = thread_id(); i < nv; i += kBlockThreads) copy16_async(xs + 8 * i, a.x + 8 * i);
+  }
   copy_async_commit();
+}
+
+// Vector v of x (8 bf16) -> 8 f16 * inv (for MXFP4 in mxfp4_mma_order).
+template <bool kFp4>
+SMALLM_DEV Vec16 stage_x_vector(const Vec16& v, float inv) {
+  uint16_t hv[8];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    hv[2 * k] = f32_to_f16(bf16_lo(v.w[k]) * inv);
+    hv[2 * k + 1] = f32_to_f16(bf16_hi(v.w[k]) * inv);
+  }
+  Vec16 o;
+  if constexpr (kFp4) {
+    o = mxfp4_mma_order(hv);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) o.w[k] = (uint32_t)hv[2 * k] | ((uint32_t)hv[2 * k + 1] << 16);
+  }
+  return o;
+}
+
+// stage_x_finish by warps: each lane reads back only the vectors it copied, so the wait for its own
+// copies is all the ordering it needs until the closing barrier.
+template <bool kFp4, int kBlockThreads>
+SMALLM_DEV void stage_x_finish_by_warps(const MoeArgs& a, uint16_t* xs, int* xmax) {
+  const int lane = lane_id(), dv = a.D / 8;
+  copy_async_wait();
+  for (int tok = thread_id() / kWarp; tok < a.T; tok += kBlockThreads / kWarp) {
+    Vec16* row = reinterpret_cast<Vec16*>(xs + (size_t)tok * a.D);
+    float mx = 0.0f;
+#pragma unroll 2
+    for (int i = lane; i < dv; i += kWarp) {
+      const Vec16 v = row[i];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) mx = fmaxf(mx, fmaxf(fabsf(bf16_lo(v.w[k])), fabsf(bf16_hi(v.w[k]))));
+    }
+    for (int o = 1; o < kWarp; o <<= 1) mx = fmaxf(mx, shfl_xor(mx, o));
+    const int e = f16_stage_exponent(mx);
+    if (lane == 0) xmax[tok] = __builtin_bit_cast(int, exp2_int(e));
+    const float inv = exp2_int(-e);
+#pragma unroll 2
+    for (int i = lane; i < dv; i += kWarp) row[i] = stage_x_vector<kFp4>(row[i], inv);
+  }
+  block_sync();
 }
 
 // The staged bf16 x -> f16 * 2^-e_t in place: per token the max |x| (warp reduction, one shared
@@ -317,6 +374,10 @@ SMALLM_DEV void stage_x_issue(const MoeArgs& a, uint16_t* xs) {
 // entry.
 template <bool kFp4, int kBlockThreads>
 SMALLM_DEV void stage_x_finish(const MoeArgs& a, uint16_t* xs, int* xmax) {
+  if (stage_x_by_warps<kBlockThreads>(a.T)) {
+    stage_x_finish_by_warps<kFp4, kBlockThreads>(a, xs, xmax);
+    return;
+  }
   const int t = thread_id(), lane = lane_id();
   const int dv = a.D / 8;  // 16-byte vectors per token row
   copy_async_wait();
@@ -546,9 +607,10 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
 // The end of both down kernels: out[token, rows of the block's row-blocks] = out_scale * the sum
 // over the token's slots, in slot order, of tw * y (y: [nloc][T*K][rb] in shared memory; tw: the
 // routing weights, a.topk_w or a copy of them in shared memory).
+template <int kBlockThreads = kThreads>
 SMALLM_DEV void slot_sums(const MoeArgs& a, const Routing& R, const float* ys, const float* tw, int nloc, int rb) {
   const int N = a.T * a.K, G = a.nblocks, b = block_id();
-  for (int idx = thread_id(); idx < nloc * a.T * rb; idx += kThreads) {
+  for (int idx = thread_id(); idx < nloc * a.T * rb; idx += kBlockThreads) {
     const int i = idx / (a.T * rb), rest = idx - i * a.T * rb, tok = rest / rb, r = rest - tok * rb;
     float sum = 0.0f;
     for (int k = 0; k < a.K; ++k) {
@@ -709,11 +771,15 @@ struct DownMmaLoads {
   uint32_t b[2];                  // MXFP4: e8m0 bytes of the lane's vectors, rows g, g+8 (byte c: chunk c)
 };
 
-template <int Fmt, int Layout>
-__global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
+// kTeams = 2: 512 threads (16 warps) per block, from 33 pairs on (launch_down_mma_teams): both teams
+// share the routing, the h stage and y, and take the jobs in turn, so twice the W2 is in flight per
+// block (from about 8 tokens at TP4 the h stage holds the SM to one block).
+template <int Fmt, int Layout, int kTeams>
+__global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
 #if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
   using F = Format<Fmt>;
   constexpr bool kFp4 = Fmt == kMxfp4;
+  constexpr int kBlockThreads = kThreads * kTeams, kBlockWarps = kWarps * kTeams;
   constexpr int kCv = mma_step_values<Fmt>();  // values of I per chunk
   constexpr int rb = kDownMmaRows;
   extern __shared__ __attribute__((aligned(16))) float dsm[];  // ys [nloc][T*K][16], 2^e_p [T*K], topk_w [T*K], h hi, h lo
@@ -723,7 +789,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
   // global memory in the slot sums, their latency was the call's last). They come from the router,
   // which finished before the gate/up kernel began, so they may be read before the wait.
   const float tw0 = thread_id() < a.T * a.K ? a.topk_w[thread_id()] : 0.0f;
-  build_routing(a, R);
+  build_routing<kBlockThreads>(a, R);
   SMALLM_TL_MARK(1, kTlRouting);
   const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
   const int N = a.T * a.K, G = a.nblocks, b = block_id();
@@ -765,7 +831,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
   };
   DownMmaLoads p0, p1;
   if (w < njobs) issue(w, p0);
-  if (w + kWarps < njobs) issue(w + kWarps, p1);
+  if (w + kBlockWarps < njobs) issue(w + kBlockWarps, p1);
   SMALLM_TL_MARK(1, kTlDownIssued);
   grid_dependency_wait();  // h comes from the gate/up kernel (and out may alias what it reads)
   SMALLM_TL_MARK(1, kTlHReady);
@@ -778,11 +844,11 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
   // per pair they were 5.5 us at T = 8, examples/results "h200-timeline"), as many as the registers
   // beside the two jobs' W2 hold without spilling.
   constexpr int kHGroup = kFp4 ? 2 : 4;
-  for (int p0 = w; p0 < N; p0 += kWarps * kHGroup) {
+  for (int p0 = w; p0 < N; p0 += kBlockWarps * kHGroup) {
     float v[kHGroup][kPasses][kLv];
 #pragma unroll
     for (int gi = 0; gi < kHGroup; ++gi) {
-      const int p = p0 + kWarps * gi;
+      const int p = p0 + kBlockWarps * gi;
       if (p >= N || R.id[p] < 0) continue;  // pairs without a valid expert have no h and are never read
       const float* hp = a.h + (size_t)p * a.I;
 #pragma unroll
@@ -801,7 +867,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
     }
 #pragma unroll
     for (int gi = 0; gi < kHGroup; ++gi) {
-      const int p = p0 + kWarps * gi;
+      const int p = p0 + kBlockWarps * gi;
       if (p >= N || R.id[p] < 0) continue;
       float mx = 0.0f;
 #pragma unroll
@@ -836,7 +902,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
     }
   }
   if (t < N) tws[t] = tw0;
-  for (int p = t + kThreads; p < N; p += kThreads) tws[p] = a.topk_w[p];
+  for (int p = t + kBlockThreads; p < N; p += kBlockThreads) tws[p] = a.topk_w[p];
   block_sync();
   SMALLM_TL_MARK(1, kTlHStaged);
   auto compute = [&](int jj, DownMmaLoads& L) {
@@ -914,16 +980,16 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_mma_kernel(MoeArgs a) {
       }
     }
   };
-  for (int jj = w; jj < njobs; jj += 2 * kWarps) {
+  for (int jj = w; jj < njobs; jj += 2 * kBlockWarps) {
     compute(jj, p0);
-    if (jj + 2 * kWarps < njobs) issue(jj + 2 * kWarps, p0);
-    if (jj + kWarps >= njobs) break;
-    compute(jj + kWarps, p1);
-    if (jj + 3 * kWarps < njobs) issue(jj + 3 * kWarps, p1);
+    if (jj + 2 * kBlockWarps < njobs) issue(jj + 2 * kBlockWarps, p0);
+    if (jj + kBlockWarps >= njobs) break;
+    compute(jj + kBlockWarps, p1);
+    if (jj + 3 * kBlockWarps < njobs) issue(jj + 3 * kBlockWarps, p1);
   }
   block_sync();
   SMALLM_TL_MARK(1, kTlDownJobs);
-  slot_sums(a, R, ys, tws, nloc, rb);
+  slot_sums<kBlockThreads>(a, R, ys, tws, nloc, rb);
   SMALLM_TL_EXIT(1);
 #else
   (void)a;

@@ -62,6 +62,7 @@ H_STAGE_MMA_BYTES = 160 * 1024    # kHStageMmaBytes: h as two f16 halves for the
 DOWN_MMA_CHUNKS = 4               # kDownMmaChunks: I <= step * 4 for the tensor-core down
 TWO_BLOCK_CARVEOUT_BYTES = 196 * 1024  # kTwoBlockCarveoutBytes (hip/smallm_moe.hip)
 BLOCK_RESERVED_SMEM_BYTES = 1024       # kBlockReservedSmemBytes
+DOWN_TEAMS_MIN_PAIRS = 33              # kDownTeamsMinPairs: the tensor-core down in two teams from here
 # The one-team tensor-core gate/up's static shared memory as ptxas reports it for sm_90a (the
 # launcher reads it from the kernel; this mirror only words the log line).
 GATEUP_STATIC_SMEM_BYTES = 24704
@@ -115,7 +116,13 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int) -> str:
     elif h_bytes > H_STAGE_MMA_BYTES:
         down = f"down on CUDA cores (h as f16 halves is {h_bytes} B, over the {H_STAGE_MMA_BYTES} B stage)"
     else:
-        down = "down on tensor cores"
+        forced = envs.DOWN_TEAMS.get().strip()[:1]
+        if forced in ("1", "2"):
+            down = f"down on tensor cores ({forced} team{'s' if forced == '2' else ''} per block: SMALLM_DOWN_TEAMS={forced})"
+        elif T * K >= DOWN_TEAMS_MIN_PAIRS:
+            down = f"down on tensor cores (2 teams per block: {T * K} pairs >= {DOWN_TEAMS_MIN_PAIRS})"
+        else:
+            down = "down on tensor cores"
     return f"two-pass (variant 5): {gateup}, {down}"
 
 

@@ -35,10 +35,10 @@ def test_doctor_decision_table_for_other_shapes():
 
 
 def test_doctor_names_the_kernels_per_token_count():
-    r = _cli("doctor", "--inter", "128", "--arch", "sm_90", "--tokens", "16,17")
-    assert "tokens=16 " in r.stdout and "runs two-pass (variant 5): gate/up on tensor cores (2 teams per block" in r.stdout
-    assert "shared-memory carveout), down on tensor cores" in r.stdout
-    assert "tokens=17                    fallback  tokens: 17 tokens > cap 16" in r.stdout
+    r = _cli("doctor", "--inter", "128", "--arch", "sm_90", "--tokens", "20,21")
+    assert "tokens=20 " in r.stdout and "runs two-pass (variant 5): gate/up on tensor cores (2 teams per block" in r.stdout
+    assert "shared-memory carveout), down on tensor cores (2 teams per block: 220 pairs >= 33)" in r.stdout
+    assert "tokens=21                    fallback  tokens: 21 tokens > cap 20" in r.stdout
 
 
 def test_doctor_flags_whitelist_exclusion():

@@ -66,6 +66,9 @@ def test_sort_matches_reference_exactly(case, seed):
     # the tensor-core gate/up with two teams per block where the launcher takes one, and the reverse
     {"SMALLM_GATEUP_TEAMS": "2", "formats": "fp8_block128,mxfp4"},
     {"SMALLM_GATEUP_TEAMS": "1", "formats": "fp8_block128,mxfp4", "tokens": "10,12"},
+    # the same for the tensor-core down (the launcher takes two teams from 33 pairs, 3 tokens at K=11)
+    {"SMALLM_DOWN_TEAMS": "2", "formats": "fp8_block128,mxfp4"},
+    {"SMALLM_DOWN_TEAMS": "1", "formats": "fp8_block128,mxfp4", "tokens": "10,16"},
 ], ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
 def test_kernel_variants_match_reference(switches):
     """Every kernel variant and A/B switch (read once per process, so in a child process): the same

@@ -25,6 +25,7 @@ def test_constants_match_the_headers():
     assert kernels.DOWN_MMA_CHUNKS == _cpp_const("kDownMmaChunks")
     assert kernels.TWO_BLOCK_CARVEOUT_BYTES == _cpp_const("kTwoBlockCarveoutBytes")
     assert kernels.BLOCK_RESERVED_SMEM_BYTES == _cpp_const("kBlockReservedSmemBytes")
+    assert kernels.DOWN_TEAMS_MIN_PAIRS == _cpp_const("kDownTeamsMinPairs")
     # the fixed counters of the sync workspace (ticket, exit) precede done1 and used1
     assert kernels.SYNC_FIXED_WORDS == _cpp_const("kSyncDone1") + 2 * _cpp_const("kMaxPairs")
 
@@ -54,18 +55,20 @@ def test_every_switch_the_launcher_reads_is_documented():
 
 @pytest.fixture
 def env(monkeypatch):
-    for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN", "SMALLM_GATEUP_TEAMS"):
+    for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN", "SMALLM_GATEUP_TEAMS", "SMALLM_DOWN_TEAMS"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
 
 @pytest.mark.parametrize("T, K, I, expect", [
     (1, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP4
-    (8, 11, 128, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP8 (H200 cap 16)
-    (8, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # h: 88 * 264 * 4 B fits 160 KB
-    (9, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # 2 x (24704 + 73728 + 1024) B fit 196 KB
+    (2, 11, 128, "gate/up on tensor cores, down on tensor cores"),        # 22 pairs: one-team down
+    (3, 11, 256, "gate/up on tensor cores, down on tensor cores (2 teams per block: 33 pairs >= 33)"),
+    (8, 11, 128, "gate/up on tensor cores, down on tensor cores (2 teams"),  # Qwen3.5 TP8 (H200 cap 20)
+    (8, 11, 256, "gate/up on tensor cores, down on tensor cores (2 teams"),  # h: 88 * 264 * 4 B fits 160 KB
+    (9, 11, 256, "gate/up on tensor cores, down on"),                      # 2 x (24704 + 73728 + 1024) B fit 196 KB
     (10, 11, 256, "gate/up on tensor cores (2 teams per block, x once per SM: two blocks of x 81920 B would pass "
-                  "the 196 KB shared-memory carveout), down on tensor cores"),
+                  "the 196 KB shared-memory carveout), down on tensor cores (2 teams per block: 110 pairs >= 33)"),
     (14, 11, 256, "x once per SM"),                                        # and h: 154 * 264 * 4 B = 162624 B fits
     (14, 11, 256, "down on tensor cores"),
     (15, 11, 256, "down on CUDA cores (h as f16 halves is"),              # 165 * 264 * 4 B does not
@@ -78,8 +81,8 @@ def test_h200_fp8_plan(env, T, K, I, expect):
 
 @pytest.mark.parametrize("T, K, I, expect", [
     (1, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP4
-    (8, 11, 128, "gate/up on tensor cores, down on tensor cores"),
-    (4, 8, 384, "gate/up on tensor cores, down on tensor cores"),         # 3 chunks of 128: fits (FP8 does not)
+    (8, 11, 128, "gate/up on tensor cores, down on tensor cores (2 teams"),
+    (4, 8, 384, "gate/up on tensor cores, down on tensor cores"),         # 3 chunks of 128: fits (FP8 does not); 32 pairs: one team
     (2, 8, 640, "down on CUDA cores (I=640 over 512)"),
     (16, 11, 128, "x once per SM"),                                        # x: 16 * 4096 * 2 B
     (16, 11, 128, "down on tensor cores"),                                 # h: 176 * 136 * 4 B fits 160 KB
@@ -101,6 +104,15 @@ def test_switches_and_other_targets(env):
     env.setenv("SMALLM_KERNEL_VARIANT", "")
     env.setenv("SMALLM_MMA_DOWN", "0")
     assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256).endswith("down on CUDA cores (SMALLM_MMA_DOWN=0)")
+    env.setenv("SMALLM_MMA_DOWN", "1")
+    env.setenv("SMALLM_DOWN_TEAMS", "2")
+    assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256).endswith(
+        "down on tensor cores (2 teams per block: SMALLM_DOWN_TEAMS=2)")
+    env.setenv("SMALLM_DOWN_TEAMS", "1")
+    assert kernels.kernel_plan("sm_90", "fp8_block128", 8, 11, 4096, 256).endswith(
+        "down on tensor cores (1 team per block: SMALLM_DOWN_TEAMS=1)")
+    env.delenv("SMALLM_DOWN_TEAMS")
+    env.setenv("SMALLM_MMA_DOWN", "0")
     env.setenv("SMALLM_MMA", "0")
     assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 11, 4096, 256).endswith("(SMALLM_MMA=0)")
     # a row too wide for the two-pass gate/up (fp8 D > 8192): the block kernel
