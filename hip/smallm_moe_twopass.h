@@ -300,17 +300,18 @@ SMALLM_DEV void team_sync(int team) {
   }
 }
 
+// In two-team blocks (16 warps, from 10 tokens at D = 4096), warp w copies and then stages tokens
+// w, w + 16, ... alone, lane l the vectors l, l + 32, ... of each: no block barrier between the copy,
+// the max and the rescale (block-wide they are T rounds of two barriers). TP4 12 tokens 117.9 ->
+// 113.1 us, 14: 144.7 -> 136.9 (examples/results "h200-ab4", runs 2 -> 3); in one-team blocks
+// (8 warps) it was slower, 4 tokens 44.7 -> 46.6 (run 3).
+template <int kBlockThreads>
+SMALLM_DEV bool stage_x_by_warps(int T) { return kBlockThreads > kThreads && 2 * T >= kBlockThreads / kWarp; }
+
 // x -> shared memory xs [T][D] as it is (bf16), asynchronously: issued during the routing, right
 // after the expert ids are requested, so that its latency hides behind the routing (staged after
 // the first weight loads it took 3.5 us of the gate/up's 13 at T = 1: examples/results
 // "h200-timeline").
-// In two-team blocks (16 warps, from 10 tokens at D = 4096), warp w copies and then stages tokens
-// w, w + 16, ... alone, lane l the vectors l, l + 32, ... of each: no block barrier between the copy,
-// the max and the rescale (block-wide they are T rounds of two barriers). TP4 12 tokens 117.9 ->
-// 113.1 us, 14: 144.7 -> 136.9; in one-team blocks (8 warps) it was slower, 4 tokens 44.7 -> 46.6
-// (examples/results "h200-ab4" run 3).
-template <int kBlockThreads>
-SMALLM_DEV bool stage_x_by_warps(int T) { return kBlockThreads > kThreads && 2 * T >= kBlockThreads / kWarp; }
 template <int kBlockThreads>
 SMALLM_DEV void stage_x_issue(const MoeArgs& a, uint16_t* xs) {
   if (stage_x_by_warps<kBlockThreads>(a.T)) {
@@ -399,6 +400,8 @@ SMALLM_DEV void stage_x_finish(const MoeArgs& a, uint16_t* xs, int* xmax) {
   block_sync();
   for (int tok = 0; tok < a.T; ++tok) {
     const float inv = exp2_int(127 - ((xmax[tok] >> 23) & 0xff));  // 2^-e
+    // stage_x_vector's work, spelled out: through the helper the one-team kernels' SASS differed
+    // from the measured build's
     for (int i = t; i < dv; i += kBlockThreads) {
       Vec16* xp = reinterpret_cast<Vec16*>(xs + (size_t)tok * a.D + 8 * i);
       const Vec16 v = *xp;
