@@ -43,6 +43,6 @@ GATEUP_TEAMS = Switch("SMALLM_GATEUP_TEAMS", "",
                       "when two one-team blocks would pass the 196 KB shared-memory carveout, else 1")
 DOWN_TEAMS = Switch("SMALLM_DOWN_TEAMS", "",
                     "A/B switch (CUDA, tensor-core down): 1 or 2 teams of 256 threads per block; unset: 2 "
-                    "when the h stage leaves room for one one-team block per SM, else 1")
+                    "from 33 token-slot pairs (kDownTeamsMinPairs), else 1")
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH,
        GATEUP_TEAMS, DOWN_TEAMS)
