@@ -172,18 +172,36 @@ int launch_down(const smallm::MoeArgs& a0, gpuStream_t stream) {
 }
 
 #if !defined(SMALLM_HIP)
+// The tensor-core down's dynamic shared memory at the smallest grid its launcher may pick: one block
+// per SM (the most row-blocks, so the most y, per block). down_mma_fits: within kDownMmaSmemBytes.
+int down_mma_smem_at(int N, int I, int D, int sms) {
+  using namespace smallm;
+  const int nrb = D / kDownMmaRows;
+  return down_mma_smem_bytes(N, I, down_local_blocks(nrb, down_grid(N, kDownMmaRows, nrb, sms, kMaxYsMmaBytes)));
+}
+template <int Fmt>
+bool down_mma_fits(const smallm::MoeArgs& a) {
+  using namespace smallm;
+  int dev = 0, sms = 0;
+  if (GPU(GetDevice)(&dev) != 0 || GPU(DeviceGetAttribute)(&sms, GPU_DEV_ATTR_SMS, dev) != 0) return false;
+  return down_mma_takes<Fmt>(a.I) && down_mma_smem_at(a.T * a.K, a.I, a.D, sms) <= kDownMmaSmemBytes;
+}
+
 // Down on tensor cores (smallm_down_mma_kernel): h staged as f16 halves in dynamic shared memory;
 // blocks of kTeams teams of 256 threads.
 template <int Fmt, int Layout, int kTeams>
-int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream, int capacity) {
+int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
   auto kernel = smallm_down_mma_kernel<Fmt, Layout, kTeams>;
-  static Capacity table_smem[kMaxDevices];
+  static Capacity table[kMaxDevices], table_smem[kMaxDevices];
   static int raised[kMaxDevices] = {0};
+  int capacity = 0;
+  if (const int err = resident_capacity(kernel, table, capacity, 0, kThreads * kTeams)) return err;
   MoeArgs a = a0;
   const int N = a.T * a.K, nrb = a.D / kDownMmaRows;
-  // Staged h can be large (up to kHStageMmaBytes): size the grid by the blocks that fit with it; a
-  // smaller grid gives each block more row-blocks (more y), so settle in a few steps.
+  // Staged h can be large (down_mma_fits: up to kDownMmaSmemBytes in all): size the grid by the
+  // blocks that fit with it; a smaller grid gives each block more row-blocks (more y), so settle in
+  // a few steps.
   a.nblocks = down_grid(N, kDownMmaRows, nrb, capacity, kMaxYsMmaBytes);
   int smem = 0;
   for (int step = 0; step < 4; ++step) {
@@ -205,20 +223,11 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream, int capacity)
 constexpr int kDownTeamsMinPairs = 33;
 template <int Fmt, int Layout>
 int launch_down_mma_teams(const smallm::MoeArgs& a, gpuStream_t stream) {
-  using namespace smallm;
   static const char* forced = getenv("SMALLM_DOWN_TEAMS");
   int teams = a.T * a.K >= kDownTeamsMinPairs ? 2 : 1;
   if (forced && (forced[0] == '1' || forced[0] == '2')) teams = forced[0] - '0';
-  int capacity = 0;
-  if (teams == 2) {
-    static Capacity table[kMaxDevices];
-    if (const int err = resident_capacity(smallm_down_mma_kernel<Fmt, Layout, 2>, table, capacity, 0, 2 * kThreads))
-      return err;
-    return launch_down_mma<Fmt, Layout, 2>(a, stream, capacity);
-  }
-  static Capacity table[kMaxDevices];
-  if (const int err = resident_capacity(smallm_down_mma_kernel<Fmt, Layout, 1>, table, capacity)) return err;
-  return launch_down_mma<Fmt, Layout, 1>(a, stream, capacity);
+  if (teams == 2) return launch_down_mma<Fmt, Layout, 2>(a, stream);
+  return launch_down_mma<Fmt, Layout, 1>(a, stream);
 }
 #endif
 
@@ -296,7 +305,7 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   using namespace smallm;
 #if !defined(SMALLM_HIP)
   // FP8 and MXFP4 on tensor cores unless SMALLM_MMA=0 (A/B runs): gate/up when x fits its f16 stage,
-  // down when h fits its stage.
+  // down when its stage (h, y) fits a block's shared memory (down_mma_fits).
   static const bool mma = env_switch_on("SMALLM_MMA");
   static const bool mma_down = env_switch_on("SMALLM_MMA_DOWN");  // 0: down on CUDA cores (A/B runs)
   if (mma && gateup_mma_fits<Fmt>(a.T, a.D)) {
@@ -304,7 +313,7 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
     const int err =
         j4 ? launch_gateup_mma_teams<Fmt, Layout, 4>(a, stream) : launch_gateup_mma_teams<Fmt, Layout, 8>(a, stream);
     if (err) return err;
-    if (mma_down && down_mma_fits<Fmt>(a.T * a.K, a.I)) return launch_down_mma_teams<Fmt, Layout>(a, stream);
+    if (mma_down && down_mma_fits<Fmt>(a)) return launch_down_mma_teams<Fmt, Layout>(a, stream);
     return launch_down<Fmt, Layout>(a, stream);
   }
 #endif

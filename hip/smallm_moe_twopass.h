@@ -400,25 +400,9 @@ SMALLM_DEV void stage_x_finish(const MoeArgs& a, uint16_t* xs, int* xmax) {
   block_sync();
   for (int tok = 0; tok < a.T; ++tok) {
     const float inv = exp2_int(127 - ((xmax[tok] >> 23) & 0xff));  // 2^-e
-    // stage_x_vector's work, spelled out: through the helper the one-team kernels' SASS differed
-    // from the measured build's
     for (int i = t; i < dv; i += kBlockThreads) {
       Vec16* xp = reinterpret_cast<Vec16*>(xs + (size_t)tok * a.D + 8 * i);
-      const Vec16 v = *xp;
-      uint16_t hv[8];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        hv[2 * k] = f32_to_f16(bf16_lo(v.w[k]) * inv);
-        hv[2 * k + 1] = f32_to_f16(bf16_hi(v.w[k]) * inv);
-      }
-      Vec16 o;
-      if constexpr (kFp4) {
-        o = mxfp4_mma_order(hv);
-      } else {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) o.w[k] = (uint32_t)hv[2 * k] | ((uint32_t)hv[2 * k + 1] << 16);
-      }
-      *xp = o;
+      *xp = stage_x_vector<kFp4>(*xp, inv);
     }
   }
   block_sync();
@@ -752,21 +736,25 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
 // wait for the gate/up kernel.
 constexpr int kDownMmaRows = 16;           // output rows per row-block (one MMA tile)
 constexpr int kDownMmaChunks = 4;          // chunks of I per job: I <= 256 (FP8), 512 (MXFP4)
-constexpr int kHStageMmaBytes = 160 * 1024; // staged h (hi and lo halves): one block per SM above ~90 KB
+// The down's dynamic shared memory (y, 2^e_p, routing weights, staged h) may take what an sm_90 block
+// can have beside its static Routing. The launcher checks it at the smallest grid it may pick (one
+// block per SM, down_mma_smem_at); from about 90 KB one block fits an SM. (A fixed 160 KB for h
+// alone held TP4 to 14 tokens; 16 tokens take 205 KB: h 181.5 KB, y 22 KB.)
+constexpr int kDownMmaSmemBytes = 207 * 1024;
 constexpr int kMaxYsMmaBytes = 32 * 1024;   // y of a block's row-blocks: the launcher adds blocks until it fits
 
 __host__ __device__ inline int down_mma_hstride(int I) { return I + 8; }  // f16 per pair row (padded: no bank conflicts)
+// I within the MMA chunks this kernel unrolls (the shared-memory check is the launcher's)
 template <int Fmt>
-__host__ __device__ inline bool down_mma_fits(int N, int I) {
-  return I % 128 == 0 && I / mma_step_values<Fmt>() <= kDownMmaChunks && (long)N * down_mma_hstride(I) * 4 <= kHStageMmaBytes;
+__host__ __device__ inline bool down_mma_takes(int I) {
+  return I % 128 == 0 && I / mma_step_values<Fmt>() <= kDownMmaChunks;
 }
 __host__ __device__ inline int down_mma_exp_floats(int N) { return (N + 3) / 4 * 4; }  // 2^e_p per pair, 16-byte padded
 __host__ __device__ inline int down_mma_smem_bytes(int N, int I, int nloc) {
   return down_ys_floats(N, kDownMmaRows, nloc) * 4 + 2 * down_mma_exp_floats(N) * 4 + N * down_mma_hstride(I) * 4;
 }
-// The largest stage the launcher can ask for (y held to kMaxYsMmaBytes by the grid) fits an sm_90 block.
-static_assert(kHStageMmaBytes + kMaxYsMmaBytes + 2 * kMaxPairs * 4 + (int)sizeof(Routing) <= 227 * 1024,
-              "the tensor-core down's shared memory must fit one block");
+static_assert(kDownMmaSmemBytes + (int)sizeof(Routing) <= 227 * 1024,
+              "the tensor-core down's shared memory must fit one sm_90 block");
 
 struct DownMmaLoads {
   Vec16 v[2][kDownMmaChunks];     // rows g, g+8 x chunks

@@ -58,8 +58,11 @@ def variant_note() -> str:
 # hip/smallm_moe_twopass.h. tests/test_kernel_plan.py reads these constants from the headers.
 THREADS = 256                     # kThreads
 X_STAGE_BYTES = 160 * 1024        # kXStageBytes: x as f16 for the tensor-core gate/up
-H_STAGE_MMA_BYTES = 160 * 1024    # kHStageMmaBytes: h as two f16 halves for the tensor-core down
+DOWN_MMA_SMEM_BYTES = 207 * 1024  # kDownMmaSmemBytes: the tensor-core down's y, 2^e, weights and h as f16 halves
+DOWN_MMA_ROWS = 16                # kDownMmaRows: output rows per row-block of the tensor-core down
+MAX_YS_MMA_BYTES = 32 * 1024      # kMaxYsMmaBytes: its launcher adds blocks until a block's y fits
 DOWN_MMA_CHUNKS = 4               # kDownMmaChunks: I <= step * 4 for the tensor-core down
+H200_SMS = 132                    # the SM count kernel_plan assumes where no CUDA device says otherwise
 TWO_BLOCK_CARVEOUT_BYTES = 196 * 1024  # kTwoBlockCarveoutBytes (hip/smallm_moe.hip)
 BLOCK_RESERVED_SMEM_BYTES = 1024       # kBlockReservedSmemBytes
 DOWN_TEAMS_MIN_PAIRS = 33              # kDownTeamsMinPairs: the tensor-core down in two teams from here
@@ -79,8 +82,29 @@ def _twopass_fits(fmt: str, D: int) -> bool:
     return per8 <= 8 or per4 <= 8
 
 
-def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int) -> str:
-    """The kernels the launcher runs for a call of this shape, and why, in words."""
+def down_mma_smem_at(N: int, I: int, D: int, sms: int) -> int:
+    """hip/smallm_moe.hip down_mma_smem_at: the tensor-core down's dynamic shared memory at its
+    smallest grid (one block per SM), with down_grid's rule (more blocks until a block's y fits)."""
+    nrb = D // DOWN_MMA_ROWS
+    G = max(1, min(nrb, sms))
+
+    def ys_bytes(g: int) -> int:
+        return (-(-nrb // g) * N * DOWN_MMA_ROWS + 3) // 4 * 4 * 4
+
+    while ys_bytes(G) > MAX_YS_MMA_BYTES and G < nrb:
+        G += 1
+    return ys_bytes(G) + 2 * ((N + 3) // 4 * 4) * 4 + N * (I + 8) * 4
+
+
+def _device_sms() -> int:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return H200_SMS
+
+
+def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Optional[int] = None) -> str:
+    """The kernels the launcher runs for a call of this shape, and why, in words (sms: the device's
+    SM count; the current CUDA device's, else the H200's)."""
     from . import envs
 
     cuda = arch.startswith("sm_")
@@ -108,13 +132,14 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int) -> str:
                   f"pass the {TWO_BLOCK_CARVEOUT_BYTES // 1024} KB shared-memory carveout)")
     else:
         gateup = "gate/up on tensor cores"
-    h_bytes = T * K * (I + 8) * 4
+    down_bytes = down_mma_smem_at(T * K, I, D, sms or _device_sms()) if cuda else 0
     if not envs.MMA_DOWN.enabled():
         down = "down on CUDA cores (SMALLM_MMA_DOWN=0)"
     elif I % 128 or I // step > DOWN_MMA_CHUNKS:
         down = f"down on CUDA cores (I={I} over {step * DOWN_MMA_CHUNKS})"
-    elif h_bytes > H_STAGE_MMA_BYTES:
-        down = f"down on CUDA cores (h as f16 halves is {h_bytes} B, over the {H_STAGE_MMA_BYTES} B stage)"
+    elif down_bytes > DOWN_MMA_SMEM_BYTES:
+        down = (f"down on CUDA cores (its h as f16 halves and y take {down_bytes} B, over the "
+                f"{DOWN_MMA_SMEM_BYTES} B of a block)")
     else:
         forced = envs.DOWN_TEAMS.get().strip()[:1]
         if forced in ("1", "2"):

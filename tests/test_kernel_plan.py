@@ -21,7 +21,9 @@ def _cpp_const(name: str) -> int:
 def test_constants_match_the_headers():
     assert kernels.THREADS == _cpp_const("kThreads")
     assert kernels.X_STAGE_BYTES == _cpp_const("kXStageBytes")
-    assert kernels.H_STAGE_MMA_BYTES == _cpp_const("kHStageMmaBytes")
+    assert kernels.DOWN_MMA_SMEM_BYTES == _cpp_const("kDownMmaSmemBytes")
+    assert kernels.DOWN_MMA_ROWS == _cpp_const("kDownMmaRows")
+    assert kernels.MAX_YS_MMA_BYTES == _cpp_const("kMaxYsMmaBytes")
     assert kernels.DOWN_MMA_CHUNKS == _cpp_const("kDownMmaChunks")
     assert kernels.TWO_BLOCK_CARVEOUT_BYTES == _cpp_const("kTwoBlockCarveoutBytes")
     assert kernels.BLOCK_RESERVED_SMEM_BYTES == _cpp_const("kBlockReservedSmemBytes")
@@ -65,13 +67,14 @@ def env(monkeypatch):
     (2, 11, 128, "gate/up on tensor cores, down on tensor cores"),        # 22 pairs: one-team down
     (3, 11, 256, "gate/up on tensor cores, down on tensor cores (2 teams per block: 33 pairs >= 33)"),
     (8, 11, 128, "gate/up on tensor cores, down on tensor cores (2 teams"),  # Qwen3.5 TP8 (H200 cap 20)
-    (8, 11, 256, "gate/up on tensor cores, down on tensor cores (2 teams"),  # h: 88 * 264 * 4 B fits 160 KB
+    (8, 11, 256, "gate/up on tensor cores, down on tensor cores (2 teams"),  # h: 88 * 264 * 4 B
     (9, 11, 256, "gate/up on tensor cores, down on"),                      # 2 x (24704 + 73728 + 1024) B fit 196 KB
     (10, 11, 256, "gate/up on tensor cores (2 teams per block, x once per SM: two blocks of x 81920 B would pass "
                   "the 196 KB shared-memory carveout), down on tensor cores (2 teams per block: 110 pairs >= 33)"),
-    (14, 11, 256, "x once per SM"),                                        # and h: 154 * 264 * 4 B = 162624 B fits
+    (14, 11, 256, "x once per SM"),
     (14, 11, 256, "down on tensor cores"),
-    (15, 11, 256, "down on CUDA cores (h as f16 halves is"),              # 165 * 264 * 4 B does not
+    (16, 11, 256, "down on tensor cores"),    # h 176 * 264 * 4 B + y 176 * 16 * 2 * 4 B + 2^e, tw: 209792 B fit
+    (17, 11, 256, "down on CUDA cores (its h as f16 halves and y take 222912 B, over the 211968 B of a block)"),
     (4, 8, 384, "down on CUDA cores (I=384 over 256)"),                   # Qwen3-235B-like
     (21, 11, 256, "gate/up and down on CUDA cores (x as f16 is 172032 B"),  # x: 21 * 4096 * 2 B over 160 KB
 ])
@@ -85,12 +88,25 @@ def test_h200_fp8_plan(env, T, K, I, expect):
     (4, 8, 384, "gate/up on tensor cores, down on tensor cores"),         # 3 chunks of 128: fits (FP8 does not); 32 pairs: one team
     (2, 8, 640, "down on CUDA cores (I=640 over 512)"),
     (16, 11, 128, "x once per SM"),                                        # x: 16 * 4096 * 2 B
-    (16, 11, 128, "down on tensor cores"),                                 # h: 176 * 136 * 4 B fits 160 KB
-    (16, 11, 256, "down on CUDA cores (h as f16 halves is"),
+    (16, 11, 128, "down on tensor cores"),                                 # h: 176 * 136 * 4 B
+    (16, 11, 256, "down on tensor cores"),
+    (17, 11, 256, "down on CUDA cores (its h as f16 halves and y take"),
     (21, 11, 256, "gate/up and down on CUDA cores (x as f16 is 172032 B"),
 ])
 def test_h200_mxfp4_plan(env, T, K, I, expect):
     assert expect in kernels.kernel_plan("sm_90", "mxfp4", T, K, 4096, I)
+
+
+def test_down_stage_at_the_smallest_grid():
+    # Qwen3.5 TP4, 16 tokens on 132 SMs: 256 row-blocks over 132 blocks, 2 per block
+    assert kernels.down_mma_smem_at(176, 256, 4096, 132) == 176 * 16 * 2 * 4 + 2 * 176 * 4 + 176 * 264 * 4
+    # 114 SMs: 3 row-blocks' y (33792 B) pass 32 KB, so the launcher adds blocks up to 2 per block
+    assert kernels.down_mma_smem_at(176, 256, 4096, 114) == kernels.down_mma_smem_at(176, 256, 4096, 132)
+    # 32 SMs, 16 pairs: y of 8 row-blocks per block (8192 B) fits 32 KB as it is
+    assert kernels.down_mma_smem_at(16, 256, 4096, 32) == 16 * 16 * 8 * 4 + 2 * 16 * 4 + 16 * 264 * 4
+    # an I the MMA chunks take whose stage cannot fit at any grid: CUDA cores, with the bytes
+    assert "down on CUDA cores (its h as f16 halves and y take" in kernels.kernel_plan(
+        "sm_90", "mxfp4", 16, 8, 4096, 512, sms=132)  # 128 * 520 * 4 B of h alone
 
 
 def test_switches_and_other_targets(env):
