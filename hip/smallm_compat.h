@@ -489,6 +489,20 @@ SMALLM_DEV float f16_to_f32(uint16_t h) {
   return r;
 }
 
+// Two f32 -> two e5m2 bytes, a in the low byte (round to nearest even, saturating). e5m2 is the high
+// byte of an f16: e5m2x4_to_f16x2 widens it exactly.
+SMALLM_DEV uint32_t f32x2_to_e5m2x2(float a, float b) {
+  uint16_t r;
+  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
+  return r;
+}
+
+// Four e5m2 bytes (value i in byte i) -> f16x2 words (values 0, 1) and (2, 3), exactly.
+SMALLM_DEV void e5m2x4_to_f16x2(uint32_t b, uint32_t& w01, uint32_t& w23) {
+  w01 = __byte_perm(b, 0u, 0x1404);
+  w23 = __byte_perm(b, 0u, 0x3424);
+}
+
 // Eight e2m1 values (a 32-bit word, value i in bits 4i..4i+3) -> four f16x2 words, exactly, each
 // value v as the f16 v * 2^-14 (the e2m1 sign, exponent and mantissa bits land in the f16 sign bit
 // and bits 9..11). Word j holds values j (low half) and j + 4 (high half): the k order the

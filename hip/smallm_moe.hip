@@ -24,8 +24,10 @@ SMALLM_TWOPASS(kMxfp4, kShuffle16x16)
   template __global__ void smallm_gateup_mma_kernel<F, L, 8, 1>(MoeArgs); \
   template __global__ void smallm_gateup_mma_kernel<F, L, 4, 2>(MoeArgs); \
   template __global__ void smallm_gateup_mma_kernel<F, L, 8, 2>(MoeArgs); \
-  template __global__ void smallm_down_mma_kernel<F, L, 1>(MoeArgs); \
-  template __global__ void smallm_down_mma_kernel<F, L, 2>(MoeArgs);
+  template __global__ void smallm_down_mma_kernel<F, L, 1, false>(MoeArgs); \
+  template __global__ void smallm_down_mma_kernel<F, L, 2, false>(MoeArgs); \
+  template __global__ void smallm_down_mma_kernel<F, L, 1, true>(MoeArgs); \
+  template __global__ void smallm_down_mma_kernel<F, L, 2, true>(MoeArgs);
 SMALLM_MMA(kFp8Block128, kRowMajor)
 SMALLM_MMA(kFp8Block128, kShuffle16x16)
 SMALLM_MMA(kMxfp4, kRowMajor)
@@ -173,39 +175,44 @@ int launch_down(const smallm::MoeArgs& a0, gpuStream_t stream) {
 
 #if !defined(SMALLM_HIP)
 // The tensor-core down's dynamic shared memory at the smallest grid its launcher may pick: one block
-// per SM (the most row-blocks, so the most y, per block). down_mma_fits: within kDownMmaSmemBytes.
-int down_mma_smem_at(int N, int I, int D, int sms) {
+// per SM (the most row-blocks, so the most y, per block), with h's lo half in lo_bytes.
+int down_mma_smem_at(int N, int I, int D, int sms, int lo_bytes) {
   using namespace smallm;
   const int nrb = D / kDownMmaRows;
-  return down_mma_smem_bytes(N, I, down_local_blocks(nrb, down_grid(N, kDownMmaRows, nrb, sms, kMaxYsMmaBytes)));
+  return down_mma_smem_bytes(N, I, down_local_blocks(nrb, down_grid(N, kDownMmaRows, nrb, sms, kMaxYsMmaBytes)), lo_bytes);
 }
+// The bytes of h's lo half for the tensor-core down: 2 (f16) when that stage fits kDownMmaSmemBytes, else
+// 1 (e5m2) when that fits; 0: the down runs on CUDA cores.
 template <int Fmt>
-bool down_mma_fits(const smallm::MoeArgs& a) {
+int down_mma_lo_bytes(const smallm::MoeArgs& a) {
   using namespace smallm;
   int dev = 0, sms = 0;
-  if (GPU(GetDevice)(&dev) != 0 || GPU(DeviceGetAttribute)(&sms, GPU_DEV_ATTR_SMS, dev) != 0) return false;
-  return down_mma_takes<Fmt>(a.I) && down_mma_smem_at(a.T * a.K, a.I, a.D, sms) <= kDownMmaSmemBytes;
+  if (!down_mma_takes<Fmt>(a.I)) return 0;
+  if (GPU(GetDevice)(&dev) != 0 || GPU(DeviceGetAttribute)(&sms, GPU_DEV_ATTR_SMS, dev) != 0) return 0;
+  for (int lo_bytes = 2; lo_bytes >= 1; --lo_bytes)
+    if (down_mma_smem_at(a.T * a.K, a.I, a.D, sms, lo_bytes) <= kDownMmaSmemBytes) return lo_bytes;
+  return 0;
 }
 
-// Down on tensor cores (smallm_down_mma_kernel): h staged as f16 halves in dynamic shared memory;
-// blocks of kTeams teams of 256 threads.
-template <int Fmt, int Layout, int kTeams>
+// Down on tensor cores (smallm_down_mma_kernel): h staged as halves in dynamic shared memory (kLo8: the
+// lo half as e5m2); blocks of kTeams teams of 256 threads.
+template <int Fmt, int Layout, int kTeams, bool kLo8>
 int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
-  auto kernel = smallm_down_mma_kernel<Fmt, Layout, kTeams>;
+  auto kernel = smallm_down_mma_kernel<Fmt, Layout, kTeams, kLo8>;
   static Capacity table[kMaxDevices], table_smem[kMaxDevices];
   static int raised[kMaxDevices] = {0};
   int capacity = 0;
   if (const int err = resident_capacity(kernel, table, capacity, 0, kThreads * kTeams)) return err;
   MoeArgs a = a0;
   const int N = a.T * a.K, nrb = a.D / kDownMmaRows;
-  // Staged h can be large (down_mma_fits: up to kDownMmaSmemBytes in all): size the grid by the
+  // Staged h can be large (down_mma_lo_bytes: up to kDownMmaSmemBytes in all): size the grid by the
   // blocks that fit with it; a smaller grid gives each block more row-blocks (more y), so settle in
   // a few steps.
   a.nblocks = down_grid(N, kDownMmaRows, nrb, capacity, kMaxYsMmaBytes);
   int smem = 0;
   for (int step = 0; step < 4; ++step) {
-    smem = down_mma_smem_bytes(N, a.I, down_local_blocks(nrb, a.nblocks));
+    smem = down_mma_smem_bytes(N, a.I, down_local_blocks(nrb, a.nblocks), kLo8 ? 1 : 2);
     if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
     if (const int err = resident_capacity(kernel, table_smem, capacity, smem, kThreads * kTeams)) return err;
     if (capacity >= a.nblocks) break;
@@ -222,12 +229,12 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // at the routing's one-warp limit. SMALLM_DOWN_TEAMS=1 or 2 forces either (A/B runs).
 constexpr int kDownTeamsMinPairs = 33;
 template <int Fmt, int Layout>
-int launch_down_mma_teams(const smallm::MoeArgs& a, gpuStream_t stream) {
+int launch_down_mma_teams(const smallm::MoeArgs& a, bool lo8, gpuStream_t stream) {
   static const char* forced = getenv("SMALLM_DOWN_TEAMS");
   int teams = a.T * a.K >= kDownTeamsMinPairs ? 2 : 1;
   if (forced && (forced[0] == '1' || forced[0] == '2')) teams = forced[0] - '0';
-  if (teams == 2) return launch_down_mma<Fmt, Layout, 2>(a, stream);
-  return launch_down_mma<Fmt, Layout, 1>(a, stream);
+  if (teams == 2) return lo8 ? launch_down_mma<Fmt, Layout, 2, true>(a, stream) : launch_down_mma<Fmt, Layout, 2, false>(a, stream);
+  return lo8 ? launch_down_mma<Fmt, Layout, 1, true>(a, stream) : launch_down_mma<Fmt, Layout, 1, false>(a, stream);
 }
 #endif
 
@@ -305,7 +312,7 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   using namespace smallm;
 #if !defined(SMALLM_HIP)
   // FP8 and MXFP4 on tensor cores unless SMALLM_MMA=0 (A/B runs): gate/up when x fits its f16 stage,
-  // down when its stage (h, y) fits a block's shared memory (down_mma_fits).
+  // down when its stage (h, y) fits a block's shared memory (down_mma_lo_bytes).
   static const bool mma = env_switch_on("SMALLM_MMA");
   static const bool mma_down = env_switch_on("SMALLM_MMA_DOWN");  // 0: down on CUDA cores (A/B runs)
   if (mma && gateup_mma_fits<Fmt>(a.T, a.D)) {
@@ -313,7 +320,8 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
     const int err =
         j4 ? launch_gateup_mma_teams<Fmt, Layout, 4>(a, stream) : launch_gateup_mma_teams<Fmt, Layout, 8>(a, stream);
     if (err) return err;
-    if (mma_down && down_mma_fits<Fmt>(a)) return launch_down_mma_teams<Fmt, Layout>(a, stream);
+    const int lo_bytes = mma_down ? down_mma_lo_bytes<Fmt>(a) : 0;
+    if (lo_bytes) return launch_down_mma_teams<Fmt, Layout>(a, lo_bytes == 1, stream);
     return launch_down<Fmt, Layout>(a, stream);
   }
 #endif

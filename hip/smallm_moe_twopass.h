@@ -728,7 +728,11 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
 //   B = h in the same k order, staged once per block in shared memory as two f16 halves,
 //       hi = f16(h s_p) and lo = f16(h s_p - hi), s_p = 2^-e_p putting the pair's max |h| in
 //       [2^14, 2^15): hi + lo carries 22 significant bits, every value above 2^-38 of the pair's
-//       largest. Column 2m is pair m's hi, column 2m + 1 its lo, so one MMA takes both halves and
+//       largest. kLo8 (where the f16 halves do not fit the block's shared memory: Qwen3.5 TP4 from
+//       17 tokens): lo = e5m2(h s_p - hi), one byte widened to f16 exactly when read, hi + lo within
+//       2^-14 of h s_p (3 bytes a value; as the default it was 1-6 % slower at 1-12 tokens and its
+//       bf16 outputs' error against the reference 2-4x larger: examples/results "h200-ab5" run 2).
+//       Column 2m is pair m's hi, column 2m + 1 its lo, so one MMA takes both halves and
 //       C[row, 2m] + C[row, 2m + 1] (fp32) is the row's sum for pair m (a separate MMA per half
 //       took twice the MMAs: examples/results "h200-ab2"). 2^e_p and the weight scales (FP8: the
 //       128x128 block scales) are applied to C.
@@ -738,8 +742,9 @@ constexpr int kDownMmaRows = 16;           // output rows per row-block (one MMA
 constexpr int kDownMmaChunks = 4;          // chunks of I per job: I <= 256 (FP8), 512 (MXFP4)
 // The down's dynamic shared memory (y, 2^e_p, routing weights, staged h) may take what an sm_90 block
 // can have beside its static Routing. The launcher checks it at the smallest grid it may pick (one
-// block per SM, down_mma_smem_at); from about 90 KB one block fits an SM. (A fixed 160 KB for h
-// alone held TP4 to 14 tokens; 16 tokens take 205 KB: h 181.5 KB, y 22 KB.)
+// block per SM, down_mma_smem_at); from about 90 KB one block fits an SM. Qwen3.5 TP4 at 20 tokens
+// (the gate/up's x stage limit) takes 199.4 KB: h 170.2 KB, y 27.5 KB. (A fixed 160 KB for h alone,
+// 4 bytes a value, held TP4 to 14 tokens.)
 constexpr int kDownMmaSmemBytes = 207 * 1024;
 constexpr int kMaxYsMmaBytes = 32 * 1024;   // y of a block's row-blocks: the launcher adds blocks until it fits
 
@@ -750,9 +755,29 @@ __host__ __device__ inline bool down_mma_takes(int I) {
   return I % 128 == 0 && I / mma_step_values<Fmt>() <= kDownMmaChunks;
 }
 __host__ __device__ inline int down_mma_exp_floats(int N) { return (N + 3) / 4 * 4; }  // 2^e_p per pair, 16-byte padded
-__host__ __device__ inline int down_mma_smem_bytes(int N, int I, int nloc) {
-  return down_ys_floats(N, kDownMmaRows, nloc) * 4 + 2 * down_mma_exp_floats(N) * 4 + N * down_mma_hstride(I) * 4;
+// lo_bytes: 2 (lo as f16) or 1 (kLo8: lo as e5m2)
+__host__ __device__ inline int down_mma_smem_bytes(int N, int I, int nloc, int lo_bytes) {
+  return down_ys_floats(N, kDownMmaRows, nloc) * 4 + 2 * down_mma_exp_floats(N) * 4 + N * down_mma_hstride(I) * (2 + lo_bytes);
 }
+
+#if defined(SMALLM_MMA_F16)
+// kLo8's B of one lane: eight staged values of h from element `at`, hi (f16) or lo (e5m2, in the hi
+// vector's order, widened to f16). Both take the same instructions: two 8-byte loads (lo: its 8 bytes twice)
+// and selects, no branch.
+SMALLM_DEV Vec16 stage_b(const uint16_t* hhi, const uint8_t* hlo, int at, bool lo) {
+  const uint2* p = lo ? reinterpret_cast<const uint2*>(hlo + at) : reinterpret_cast<const uint2*>(hhi + at);
+  const uint2 u = p[0], u1 = p[lo ? 0 : 1];
+  uint32_t l[4];
+  e5m2x4_to_f16x2(u.x, l[0], l[1]);
+  e5m2x4_to_f16x2(u.y, l[2], l[3]);
+  Vec16 v;
+  v.w[0] = lo ? l[0] : u.x;
+  v.w[1] = lo ? l[1] : u.y;
+  v.w[2] = lo ? l[2] : u1.x;
+  v.w[3] = lo ? l[3] : u1.y;
+  return v;
+}
+#endif
 static_assert(kDownMmaSmemBytes + (int)sizeof(Routing) <= 227 * 1024,
               "the tensor-core down's shared memory must fit one sm_90 block");
 
@@ -765,7 +790,7 @@ struct DownMmaLoads {
 // kTeams = 2: 512 threads (16 warps) per block, from 33 pairs on (launch_down_mma_teams): both teams
 // share the routing, the h stage and y, and take the jobs in turn, so twice the W2 is in flight per
 // block (from about 8 tokens at TP4 the h stage holds the SM to one block).
-template <int Fmt, int Layout, int kTeams>
+template <int Fmt, int Layout, int kTeams, bool kLo8>
 __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
 #if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
   using F = Format<Fmt>;
@@ -791,7 +816,8 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   const int hst = down_mma_hstride(a.I), nch = a.I / kCv, rowb2 = a.I / F::kRowBytesDiv;
   float* tws = hexp + down_mma_exp_floats(N);
   uint16_t* hhi = reinterpret_cast<uint16_t*>(tws + down_mma_exp_floats(N));
-  uint16_t* hlo = hhi + N * hst;
+  uint16_t* hlo = hhi + N * hst;                            // lo as f16, or
+  uint8_t* hlo8 = reinterpret_cast<uint8_t*>(hhi + N * hst);  // kLo8: lo as e5m2
   const int nd = R.nd, njobs = nloc * nd;
   auto issue = [&](int jj, DownMmaLoads& L) {
     const int i = jj / nd, u = jj - i * nd;
@@ -873,20 +899,36 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
 #pragma unroll
       for (int j = 0; j < kPasses; ++j) {
         if (kPass * j + kLv * lane < a.I) {
-          uint16_t hi[kLv], lo[kLv];
+          uint16_t hi[kLv];
+          float lo[kLv];
 #pragma unroll
           for (int k = 0; k < kLv; ++k) {
             const float f = v[gi][j][k] * inv;
             hi[k] = f32_to_f16(f);
-            lo[k] = f32_to_f16(f - f16_to_f32(hi[k]));
+            lo[k] = f - f16_to_f32(hi[k]);  // exact
           }
           const int at = p * hst + kPass * j + kLv * lane;
-          if constexpr (kFp4) {
-            *reinterpret_cast<Vec16*>(hhi + at) = mxfp4_mma_order(hi);
-            *reinterpret_cast<Vec16*>(hlo + at) = mxfp4_mma_order(lo);
+          if constexpr (kLo8) {
+            if constexpr (kFp4) {  // lo bytes in mxfp4_mma_order too: value j, then j + 4
+              *reinterpret_cast<Vec16*>(hhi + at) = mxfp4_mma_order(hi);
+              *reinterpret_cast<uint2*>(hlo8 + at) =
+                  make_uint2(f32x2_to_e5m2x2(lo[0], lo[4]) | (f32x2_to_e5m2x2(lo[1], lo[5]) << 16),
+                             f32x2_to_e5m2x2(lo[2], lo[6]) | (f32x2_to_e5m2x2(lo[3], lo[7]) << 16));
+            } else {
+              *reinterpret_cast<uint2*>(hhi + at) = make_uint2(hi[0] | ((uint32_t)hi[1] << 16), hi[2] | ((uint32_t)hi[3] << 16));
+              *reinterpret_cast<uint32_t*>(hlo8 + at) = f32x2_to_e5m2x2(lo[0], lo[1]) | (f32x2_to_e5m2x2(lo[2], lo[3]) << 16);
+            }
           } else {
-            *reinterpret_cast<uint2*>(hhi + at) = make_uint2(hi[0] | ((uint32_t)hi[1] << 16), hi[2] | ((uint32_t)hi[3] << 16));
-            *reinterpret_cast<uint2*>(hlo + at) = make_uint2(lo[0] | ((uint32_t)lo[1] << 16), lo[2] | ((uint32_t)lo[3] << 16));
+            uint16_t lh[kLv];
+#pragma unroll
+            for (int k = 0; k < kLv; ++k) lh[k] = f32_to_f16(lo[k]);
+            if constexpr (kFp4) {
+              *reinterpret_cast<Vec16*>(hhi + at) = mxfp4_mma_order(hi);
+              *reinterpret_cast<Vec16*>(hlo + at) = mxfp4_mma_order(lh);
+            } else {
+              *reinterpret_cast<uint2*>(hhi + at) = make_uint2(hi[0] | ((uint32_t)hi[1] << 16), hi[2] | ((uint32_t)hi[3] << 16));
+              *reinterpret_cast<uint2*>(hlo + at) = make_uint2(lh[0] | ((uint32_t)lh[1] << 16), lh[2] | ((uint32_t)lh[3] << 16));
+            }
           }
         }
       }
@@ -902,8 +944,14 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
     for (int m0 = 0; m0 < M; m0 += kMmaPairs) {
       const int mc = imin(kMmaPairs, M - m0);
       const bool live = (g >> 1) < mc;
-      // B column g: pair g / 2, its hi half (even g) or lo half (odd g: hlo = hhi + N hst)
-      const int at = ((g & 1) * N + R.plist[beg + m0 + (live ? g >> 1 : 0)]) * hst + F::kElems * q;
+      // B column g: pair g / 2, its hi half (even g) or lo half (odd g). f16 lo: at indexes hhi, the lo
+      // rows following the hi rows (hlo = hhi + N hst); kLo8: the same element index in both.
+      const int at = ((kLo8 ? 0 : g & 1) * N + R.plist[beg + m0 + (live ? g >> 1 : 0)]) * hst + F::kElems * q;
+      const bool lo = g & 1;
+      auto b_vec = [&](int e) {  // B: 8 staged values of h from element at + e
+        if constexpr (kLo8) return stage_b(hhi, hlo8, at + e, lo);
+        else return *reinterpret_cast<const Vec16*>(hhi + at + e);
+      };
       float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       if constexpr (kFp4) {
 #pragma unroll
@@ -918,7 +966,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
 #pragma unroll
             for (int wi = 0; wi < 4; ++wi) {
               Vec16 bv{};
-              if (live) bv = *reinterpret_cast<const Vec16*>(hhi + at + kCv * ch + 8 * wi);
+              if (live) bv = b_vec(kCv * ch + 8 * wi);
               uint32_t pa[4], pb[4];
               e2m1x8_to_f16x2(L.v[0][ch].w[wi], pa);
               e2m1x8_to_f16x2(L.v[1][ch].w[wi], pb);
@@ -946,7 +994,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
               Vec16 bv[2] = {};
               if (live) {
 #pragma unroll
-                for (int z = 0; z < 2; ++z) bv[z] = *reinterpret_cast<const Vec16*>(hhi + at + kCv * ch + 8 * z);
+                for (int z = 0; z < 2; ++z) bv[z] = b_vec(kCv * ch + 8 * z);
               }
 #pragma unroll
               for (int mi = 0; mi < 4; ++mi) {

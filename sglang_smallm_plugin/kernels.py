@@ -58,7 +58,7 @@ def variant_note() -> str:
 # hip/smallm_moe_twopass.h. tests/test_kernel_plan.py reads these constants from the headers.
 THREADS = 256                     # kThreads
 X_STAGE_BYTES = 160 * 1024        # kXStageBytes: x as f16 for the tensor-core gate/up
-DOWN_MMA_SMEM_BYTES = 207 * 1024  # kDownMmaSmemBytes: the tensor-core down's y, 2^e, weights and h as f16 halves
+DOWN_MMA_SMEM_BYTES = 207 * 1024  # kDownMmaSmemBytes: the tensor-core down's y, 2^e, weights and h (hi + lo)
 DOWN_MMA_ROWS = 16                # kDownMmaRows: output rows per row-block of the tensor-core down
 MAX_YS_MMA_BYTES = 32 * 1024      # kMaxYsMmaBytes: its launcher adds blocks until a block's y fits
 DOWN_MMA_CHUNKS = 4               # kDownMmaChunks: I <= step * 4 for the tensor-core down
@@ -82,9 +82,10 @@ def _twopass_fits(fmt: str, D: int) -> bool:
     return per8 <= 8 or per4 <= 8
 
 
-def down_mma_smem_at(N: int, I: int, D: int, sms: int) -> int:
+def down_mma_smem_at(N: int, I: int, D: int, sms: int, lo_bytes: int) -> int:
     """hip/smallm_moe.hip down_mma_smem_at: the tensor-core down's dynamic shared memory at its
-    smallest grid (one block per SM), with down_grid's rule (more blocks until a block's y fits)."""
+    smallest grid (one block per SM), with down_grid's rule (more blocks until a block's y fits);
+    h staged as an f16 hi half and a lo half of lo_bytes (2: f16, 1: e5m2)."""
     nrb = D // DOWN_MMA_ROWS
     G = max(1, min(nrb, sms))
 
@@ -93,7 +94,7 @@ def down_mma_smem_at(N: int, I: int, D: int, sms: int) -> int:
 
     while ys_bytes(G) > MAX_YS_MMA_BYTES and G < nrb:
         G += 1
-    return ys_bytes(G) + 2 * ((N + 3) // 4 * 4) * 4 + N * (I + 8) * 4
+    return ys_bytes(G) + 2 * ((N + 3) // 4 * 4) * 4 + N * (I + 8) * (2 + lo_bytes)
 
 
 def _device_sms() -> int:
@@ -132,14 +133,15 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
                   f"pass the {TWO_BLOCK_CARVEOUT_BYTES // 1024} KB shared-memory carveout)")
     else:
         gateup = "gate/up on tensor cores"
-    down_bytes = down_mma_smem_at(T * K, I, D, sms or _device_sms()) if cuda else 0
+    sms = sms or _device_sms()
+    f16_bytes, e5m2_bytes = (down_mma_smem_at(T * K, I, D, sms, lo) for lo in (2, 1))
     if not envs.MMA_DOWN.enabled():
         down = "down on CUDA cores (SMALLM_MMA_DOWN=0)"
     elif I % 128 or I // step > DOWN_MMA_CHUNKS:
         down = f"down on CUDA cores (I={I} over {step * DOWN_MMA_CHUNKS})"
-    elif down_bytes > DOWN_MMA_SMEM_BYTES:
-        down = (f"down on CUDA cores (its h as f16 halves and y take {down_bytes} B, over the "
-                f"{DOWN_MMA_SMEM_BYTES} B of a block)")
+    elif e5m2_bytes > DOWN_MMA_SMEM_BYTES:
+        down = (f"down on CUDA cores (its staged h and y take {e5m2_bytes} B even with h's lo half as e5m2, "
+                f"over the {DOWN_MMA_SMEM_BYTES} B of a block)")
     else:
         forced = envs.DOWN_TEAMS.get().strip()[:1]
         if forced in ("1", "2"):
@@ -148,6 +150,9 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
             down = f"down on tensor cores (2 teams per block: {T * K} pairs >= {DOWN_TEAMS_MIN_PAIRS})"
         else:
             down = "down on tensor cores"
+        if f16_bytes > DOWN_MMA_SMEM_BYTES:
+            down += (f", h's lo half as e5m2 (as f16 its stage would take {f16_bytes} B, over the "
+                     f"{DOWN_MMA_SMEM_BYTES} B of a block)")
     return f"two-pass (variant 5): {gateup}, {down}"
 
 

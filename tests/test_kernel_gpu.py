@@ -69,6 +69,8 @@ def test_sort_matches_reference_exactly(case, seed):
     # the same for the tensor-core down (the launcher takes two teams from 33 pairs, 3 tokens at K=11)
     {"SMALLM_DOWN_TEAMS": "2", "formats": "fp8_block128,mxfp4"},
     {"SMALLM_DOWN_TEAMS": "1", "formats": "fp8_block128,mxfp4", "tokens": "10,16"},
+    # h's lo half as e5m2 (Qwen3.5 TP4 from 17 tokens), in one-team blocks too
+    {"SMALLM_DOWN_TEAMS": "1", "formats": "fp8_block128,mxfp4", "tokens": "17,20", "shapes": "qwen35-tp4"},
 ], ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
 def test_kernel_variants_match_reference(switches):
     """Every kernel variant and A/B switch (read once per process, so in a child process): the same
@@ -79,8 +81,9 @@ def test_kernel_variants_match_reference(switches):
 
     switches = dict(switches)
     formats, tokens = switches.pop("formats", "fp8_block128"), switches.pop("tokens", "1,3,8")
+    shapes = switches.pop("shapes", "qwen35-tp8,qwen3-235b-tp4")
     env = dict(os.environ, **switches)
     r = subprocess.run([sys.executable, "-m", "sglang_smallm_plugin.cli", "selftest", "--what", "moe", "--seeds", "2",
-                        "--shapes", "qwen35-tp8,qwen3-235b-tp4", "--formats", formats, "--tokens", tokens],
+                        "--shapes", shapes, "--formats", formats, "--tokens", tokens],
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and "cases pass" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]

@@ -73,8 +73,10 @@ def env(monkeypatch):
                   "the 196 KB shared-memory carveout), down on tensor cores (2 teams per block: 110 pairs >= 33)"),
     (14, 11, 256, "x once per SM"),
     (14, 11, 256, "down on tensor cores"),
-    (16, 11, 256, "down on tensor cores"),    # h 176 * 264 * 4 B + y 176 * 16 * 2 * 4 B + 2^e, tw: 209792 B fit
-    (17, 11, 256, "down on CUDA cores (its h as f16 halves and y take 222912 B, over the 211968 B of a block)"),
+    (16, 11, 256, "down on tensor cores (2 teams per block: 176 pairs >= 33)"),  # h 176 * 264 * 4 B + y + 2^e, tw: 209792 B
+    (17, 11, 256, "down on tensor cores (2 teams per block: 187 pairs >= 33), h's lo half as e5m2 (as f16 its "
+                  "stage would take 222912 B, over the 211968 B of a block)"),
+    (20, 11, 256, "h's lo half as e5m2"),    # h 220 * 264 * 3 B + y 220 * 16 * 2 * 4 B + 2^e, tw: 204160 B fit
     (4, 8, 384, "down on CUDA cores (I=384 over 256)"),                   # Qwen3-235B-like
     (21, 11, 256, "gate/up and down on CUDA cores (x as f16 is 172032 B"),  # x: 21 * 4096 * 2 B over 160 KB
 ])
@@ -89,8 +91,8 @@ def test_h200_fp8_plan(env, T, K, I, expect):
     (2, 8, 640, "down on CUDA cores (I=640 over 512)"),
     (16, 11, 128, "x once per SM"),                                        # x: 16 * 4096 * 2 B
     (16, 11, 128, "down on tensor cores"),                                 # h: 176 * 136 * 4 B
-    (16, 11, 256, "down on tensor cores"),
-    (17, 11, 256, "down on CUDA cores (its h as f16 halves and y take"),
+    (16, 11, 256, "down on tensor cores (2 teams per block: 176 pairs >= 33)"),
+    (20, 11, 256, "h's lo half as e5m2"),
     (21, 11, 256, "gate/up and down on CUDA cores (x as f16 is 172032 B"),
 ])
 def test_h200_mxfp4_plan(env, T, K, I, expect):
@@ -99,14 +101,15 @@ def test_h200_mxfp4_plan(env, T, K, I, expect):
 
 def test_down_stage_at_the_smallest_grid():
     # Qwen3.5 TP4, 16 tokens on 132 SMs: 256 row-blocks over 132 blocks, 2 per block
-    assert kernels.down_mma_smem_at(176, 256, 4096, 132) == 176 * 16 * 2 * 4 + 2 * 176 * 4 + 176 * 264 * 4
+    assert kernels.down_mma_smem_at(176, 256, 4096, 132, 2) == 176 * 16 * 2 * 4 + 2 * 176 * 4 + 176 * 264 * 4
+    assert kernels.down_mma_smem_at(176, 256, 4096, 132, 1) == 176 * 16 * 2 * 4 + 2 * 176 * 4 + 176 * 264 * 3
     # 114 SMs: 3 row-blocks' y (33792 B) pass 32 KB, so the launcher adds blocks up to 2 per block
-    assert kernels.down_mma_smem_at(176, 256, 4096, 114) == kernels.down_mma_smem_at(176, 256, 4096, 132)
+    assert kernels.down_mma_smem_at(176, 256, 4096, 114, 2) == kernels.down_mma_smem_at(176, 256, 4096, 132, 2)
     # 32 SMs, 16 pairs: y of 8 row-blocks per block (8192 B) fits 32 KB as it is
-    assert kernels.down_mma_smem_at(16, 256, 4096, 32) == 16 * 16 * 8 * 4 + 2 * 16 * 4 + 16 * 264 * 4
+    assert kernels.down_mma_smem_at(16, 256, 4096, 32, 2) == 16 * 16 * 8 * 4 + 2 * 16 * 4 + 16 * 264 * 4
     # an I the MMA chunks take whose stage cannot fit at any grid: CUDA cores, with the bytes
-    assert "down on CUDA cores (its h as f16 halves and y take" in kernels.kernel_plan(
-        "sm_90", "mxfp4", 16, 8, 4096, 512, sms=132)  # 128 * 520 * 4 B of h alone
+    assert ("down on CUDA cores (its staged h and y take 271360 B even with h's lo half as e5m2, over the 211968 B "
+            "of a block)") in kernels.kernel_plan("sm_90", "mxfp4", 20, 8, 4096, 512, sms=132)  # 160 * 520 * 3 B of h alone
 
 
 def test_switches_and_other_targets(env):
