@@ -174,6 +174,7 @@ int launch_down(const smallm::MoeArgs& a0, gpuStream_t stream) {
 }
 
 #if !defined(SMALLM_HIP)
+constexpr int kBlockReservedSmemBytes = 1024;  // per resident block, beside its own (sm_80+)
 // The tensor-core down's dynamic shared memory at the smallest grid its launcher may pick: one block
 // per SM (the most row-blocks, so the most y, per block), with h's lo half in lo_bytes.
 int down_mma_smem_at(int N, int I, int D, int sms, int lo_bytes) {
@@ -181,17 +182,24 @@ int down_mma_smem_at(int N, int I, int D, int sms, int lo_bytes) {
   const int nrb = D / kDownMmaRows;
   return down_mma_smem_bytes(N, I, down_local_blocks(nrb, down_grid(N, kDownMmaRows, nrb, sms, kMaxYsMmaBytes)), lo_bytes);
 }
-// The bytes of h's lo half for the tensor-core down: 2 (f16) when that stage fits kDownMmaSmemBytes, else
-// 1 (e5m2) when that fits; 0: the down runs on CUDA cores.
+// The bytes of h's lo half for the tensor-core down: 2 (f16) while a block with that stage stays within
+// the 196 KB shared-memory carveout (beside it at least 60 KB of L1, which holds the W2 loads in
+// flight), else 1 (e5m2) where that fits kDownMmaSmemBytes, else 2 where that fits; 0: the down runs on
+// CUDA cores. SMALLM_DOWN_LO8=0 takes f16 wherever it fits, =1 e5m2 wherever it fits (A/B runs).
+constexpr int kDownLo16CarveoutBytes = 196 * 1024;
 template <int Fmt>
 int down_mma_lo_bytes(const smallm::MoeArgs& a) {
   using namespace smallm;
+  static const char* forced = getenv("SMALLM_DOWN_LO8");
   int dev = 0, sms = 0;
   if (!down_mma_takes<Fmt>(a.I)) return 0;
   if (GPU(GetDevice)(&dev) != 0 || GPU(DeviceGetAttribute)(&sms, GPU_DEV_ATTR_SMS, dev) != 0) return 0;
-  for (int lo_bytes = 2; lo_bytes >= 1; --lo_bytes)
-    if (down_mma_smem_at(a.T * a.K, a.I, a.D, sms, lo_bytes) <= kDownMmaSmemBytes) return lo_bytes;
-  return 0;
+  const int f16 = down_mma_smem_at(a.T * a.K, a.I, a.D, sms, 2), e5m2 = down_mma_smem_at(a.T * a.K, a.I, a.D, sms, 1);
+  const bool f16_fits = f16 <= kDownMmaSmemBytes, e5m2_fits = e5m2 <= kDownMmaSmemBytes;
+  if (forced && forced[0] == '0') return f16_fits ? 2 : 0;
+  if (forced && forced[0] == '1') return e5m2_fits ? 1 : 0;
+  if (f16_fits && f16 + (int)sizeof(Routing) + kBlockReservedSmemBytes <= kDownLo16CarveoutBytes) return 2;
+  return e5m2_fits ? 1 : f16_fits ? 2 : 0;
 }
 
 // Down on tensor cores (smallm_down_mma_kernel): h staged as halves in dynamic shared memory (kLo8: the
@@ -279,7 +287,6 @@ int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // to 16 tokens (TP4 10 tokens 125.8 -> 109.8 us; examples/results "h200-ab3"). SMALLM_GATEUP_TEAMS=1
 // or 2 forces either (A/B runs).
 constexpr int kTwoBlockCarveoutBytes = 196 * 1024;
-constexpr int kBlockReservedSmemBytes = 1024;  // per resident block, beside its own (sm_80+)
 struct StaticSmem {
   int bytes = -1;  // a kernel's static shared memory, once read
 };

@@ -62,6 +62,8 @@ DOWN_MMA_SMEM_BYTES = 207 * 1024  # kDownMmaSmemBytes: the tensor-core down's y,
 DOWN_MMA_ROWS = 16                # kDownMmaRows: output rows per row-block of the tensor-core down
 MAX_YS_MMA_BYTES = 32 * 1024      # kMaxYsMmaBytes: its launcher adds blocks until a block's y fits
 DOWN_MMA_CHUNKS = 4               # kDownMmaChunks: I <= step * 4 for the tensor-core down
+DOWN_LO16_CARVEOUT_BYTES = 196 * 1024  # kDownLo16CarveoutBytes: h's lo half as f16 while the block stays within
+ROUTING_BYTES = 19584             # sizeof(Routing) (hip/smallm_moe.h), the tensor-core down's static shared memory
 H200_SMS = 132                    # the SM count kernel_plan assumes where no CUDA device says otherwise
 TWO_BLOCK_CARVEOUT_BYTES = 196 * 1024  # kTwoBlockCarveoutBytes (hip/smallm_moe.hip)
 BLOCK_RESERVED_SMEM_BYTES = 1024       # kBlockReservedSmemBytes
@@ -139,9 +141,12 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         down = "down on CUDA cores (SMALLM_MMA_DOWN=0)"
     elif I % 128 or I // step > DOWN_MMA_CHUNKS:
         down = f"down on CUDA cores (I={I} over {step * DOWN_MMA_CHUNKS})"
-    elif e5m2_bytes > DOWN_MMA_SMEM_BYTES:
+    elif min(f16_bytes, e5m2_bytes) > DOWN_MMA_SMEM_BYTES or (
+            envs.DOWN_LO8.get().strip()[:1] == "0" and f16_bytes > DOWN_MMA_SMEM_BYTES):
         down = (f"down on CUDA cores (its staged h and y take {e5m2_bytes} B even with h's lo half as e5m2, "
-                f"over the {DOWN_MMA_SMEM_BYTES} B of a block)")
+                f"over the {DOWN_MMA_SMEM_BYTES} B of a block)" if e5m2_bytes > DOWN_MMA_SMEM_BYTES else
+                f"down on CUDA cores (its staged h and y take {f16_bytes} B with h's lo half as f16, over the "
+                f"{DOWN_MMA_SMEM_BYTES} B of a block: SMALLM_DOWN_LO8=0)")
     else:
         forced = envs.DOWN_TEAMS.get().strip()[:1]
         if forced in ("1", "2"):
@@ -150,9 +155,16 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
             down = f"down on tensor cores (2 teams per block: {T * K} pairs >= {DOWN_TEAMS_MIN_PAIRS})"
         else:
             down = "down on tensor cores"
-        if f16_bytes > DOWN_MMA_SMEM_BYTES:
+        lo8 = envs.DOWN_LO8.get().strip()[:1]
+        f16_block = f16_bytes + ROUTING_BYTES + BLOCK_RESERVED_SMEM_BYTES
+        if lo8 == "1":
+            down += ", h's lo half as e5m2 (SMALLM_DOWN_LO8=1)"
+        elif lo8 != "0" and f16_bytes > DOWN_MMA_SMEM_BYTES:
             down += (f", h's lo half as e5m2 (as f16 its stage would take {f16_bytes} B, over the "
                      f"{DOWN_MMA_SMEM_BYTES} B of a block)")
+        elif lo8 != "0" and f16_block > DOWN_LO16_CARVEOUT_BYTES:
+            down += (f", h's lo half as e5m2 (as f16 its block would take {f16_block} B, past the "
+                     f"{DOWN_LO16_CARVEOUT_BYTES // 1024} KB shared-memory carveout)")
     return f"two-pass (variant 5): {gateup}, {down}"
 
 

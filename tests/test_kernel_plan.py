@@ -24,6 +24,7 @@ def test_constants_match_the_headers():
     assert kernels.DOWN_MMA_SMEM_BYTES == _cpp_const("kDownMmaSmemBytes")
     assert kernels.DOWN_MMA_ROWS == _cpp_const("kDownMmaRows")
     assert kernels.MAX_YS_MMA_BYTES == _cpp_const("kMaxYsMmaBytes")
+    assert kernels.DOWN_LO16_CARVEOUT_BYTES == _cpp_const("kDownLo16CarveoutBytes")
     assert kernels.DOWN_MMA_CHUNKS == _cpp_const("kDownMmaChunks")
     assert kernels.TWO_BLOCK_CARVEOUT_BYTES == _cpp_const("kTwoBlockCarveoutBytes")
     assert kernels.BLOCK_RESERVED_SMEM_BYTES == _cpp_const("kBlockReservedSmemBytes")
@@ -57,7 +58,8 @@ def test_every_switch_the_launcher_reads_is_documented():
 
 @pytest.fixture
 def env(monkeypatch):
-    for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN", "SMALLM_GATEUP_TEAMS", "SMALLM_DOWN_TEAMS"):
+    for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN", "SMALLM_GATEUP_TEAMS", "SMALLM_DOWN_TEAMS",
+                 "SMALLM_DOWN_LO8"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -72,8 +74,10 @@ def env(monkeypatch):
     (10, 11, 256, "gate/up on tensor cores (2 teams per block, x once per SM: two blocks of x 81920 B would pass "
                   "the 196 KB shared-memory carveout), down on tensor cores (2 teams per block: 110 pairs >= 33)"),
     (14, 11, 256, "x once per SM"),
-    (14, 11, 256, "down on tensor cores"),
-    (16, 11, 256, "down on tensor cores (2 teams per block: 176 pairs >= 33)"),  # h 176 * 264 * 4 B + y + 2^e, tw: 209792 B
+    (13, 11, 256, "down on tensor cores (2 teams per block: 143 pairs >= 33)"),  # f16 lo: its block 170464 + 19584 + 1024 B
+    (14, 11, 256, "down on tensor cores (2 teams per block: 154 pairs >= 33), h's lo half as e5m2 (as f16 its block "
+                  "would take 204192 B, past the 196 KB shared-memory carveout)"),
+    (16, 11, 256, "h's lo half as e5m2 (as f16 its block would take 230400 B"),  # stage 209792 B: fits, but the L1
     (17, 11, 256, "down on tensor cores (2 teams per block: 187 pairs >= 33), h's lo half as e5m2 (as f16 its "
                   "stage would take 222912 B, over the 211968 B of a block)"),
     (20, 11, 256, "h's lo half as e5m2"),    # h 220 * 264 * 3 B + y 220 * 16 * 2 * 4 B + 2^e, tw: 204160 B fit
@@ -110,6 +114,29 @@ def test_down_stage_at_the_smallest_grid():
     # an I the MMA chunks take whose stage cannot fit at any grid: CUDA cores, with the bytes
     assert ("down on CUDA cores (its staged h and y take 271360 B even with h's lo half as e5m2, over the 211968 B "
             "of a block)") in kernels.kernel_plan("sm_90", "mxfp4", 20, 8, 4096, 512, sms=132)  # 160 * 520 * 3 B of h alone
+
+
+def test_routing_bytes_match_the_struct():
+    # struct alignas(128) Routing (hip/smallm_moe.h): id, ulead, ufill, plist [kMaxPairs], ucnt [kMaxPairs + 1],
+    # e2u [kMaxExperts], nd; ptxas reports it as the tensor-core down's static shared memory (19584 bytes)
+    text = (HIP / "smallm_moe.h").read_text()
+    body = text[text.index("struct alignas(128) Routing {"):]
+    body = body[:body.index("};")]
+    assert body.count("[kMaxPairs]") == 4 and "[kMaxPairs + 1]" in body and "[kMaxExperts]" in body
+    words = 5 * _cpp_const("kMaxPairs") + 1 + _cpp_const("kMaxExperts") + 1
+    assert kernels.ROUTING_BYTES == -(-4 * words // 128) * 128
+
+
+def test_down_lo_half(env):
+    plan = lambda T: kernels.kernel_plan("sm_90", "fp8_block128", T, 11, 4096, 256, sms=132)  # noqa: E731
+    assert plan(13).endswith("down on tensor cores (2 teams per block: 143 pairs >= 33)")  # f16 lo half
+    assert "h's lo half as e5m2" in plan(14)
+    env.setenv("SMALLM_DOWN_LO8", "0")
+    assert plan(16).endswith("(2 teams per block: 176 pairs >= 33)")  # f16 wherever it fits
+    assert plan(17).endswith("down on CUDA cores (its staged h and y take 222912 B with h's lo half as f16, over "
+                             "the 211968 B of a block: SMALLM_DOWN_LO8=0)")
+    env.setenv("SMALLM_DOWN_LO8", "1")
+    assert plan(1).endswith("down on tensor cores, h's lo half as e5m2 (SMALLM_DOWN_LO8=1)")
 
 
 def test_switches_and_other_targets(env):
