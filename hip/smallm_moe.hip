@@ -182,10 +182,13 @@ int down_mma_smem_at(int N, int I, int D, int sms, int lo_bytes) {
   const int nrb = D / kDownMmaRows;
   return down_mma_smem_bytes(N, I, down_local_blocks(nrb, down_grid(N, kDownMmaRows, nrb, sms, kMaxYsMmaBytes)), lo_bytes);
 }
-// The bytes of h's lo half for the tensor-core down: 2 (f16) while a block with that stage stays within
-// the 196 KB shared-memory carveout (beside it at least 60 KB of L1, which holds the W2 loads in
-// flight), else 1 (e5m2) where that fits kDownMmaSmemBytes, else 2 where that fits; 0: the down runs on
-// CUDA cores. SMALLM_DOWN_LO8=0 takes f16 wherever it fits, =1 e5m2 wherever it fits (A/B runs).
+// The bytes of h's lo half for the tensor-core down: 2 (f16) where that stage fits kDownMmaSmemBytes
+// and, for FP8, a block with it stays within the 196 KB shared-memory carveout (beside it at least
+// 60 KB of L1, which holds the W2 loads in flight); else 1 (e5m2) where that fits; 0: the down runs on
+// CUDA cores. Qwen3.5 TP4 (examples/results "h200-ab5" run 4, us, f16 -> e5m2 lo): FP8 14 tokens
+// 138.2 -> 133.1, 16: 153.0 -> 147.3, 12: 114.2 -> 115.8 (within the carveout either way); MXFP4,
+// whose down is bound by its weights' decode, 14: 137.8 -> 146.5, so it keeps f16 while that fits.
+// SMALLM_DOWN_LO8=0 takes f16 wherever it fits, =1 e5m2 wherever it fits (A/B runs).
 constexpr int kDownLo16CarveoutBytes = 196 * 1024;
 template <int Fmt>
 int down_mma_lo_bytes(const smallm::MoeArgs& a) {
@@ -198,8 +201,9 @@ int down_mma_lo_bytes(const smallm::MoeArgs& a) {
   const bool f16_fits = f16 <= kDownMmaSmemBytes, e5m2_fits = e5m2 <= kDownMmaSmemBytes;
   if (forced && forced[0] == '0') return f16_fits ? 2 : 0;
   if (forced && forced[0] == '1') return e5m2_fits ? 1 : 0;
-  if (f16_fits && f16 + (int)sizeof(Routing) + kBlockReservedSmemBytes <= kDownLo16CarveoutBytes) return 2;
-  return e5m2_fits ? 1 : f16_fits ? 2 : 0;
+  if (f16_fits && (Fmt == kMxfp4 || f16 + (int)sizeof(Routing) + kBlockReservedSmemBytes <= kDownLo16CarveoutBytes))
+    return 2;
+  return e5m2_fits ? 1 : 0;
 }
 
 // Down on tensor cores (smallm_down_mma_kernel): h staged as halves in dynamic shared memory (kLo8: the

@@ -46,6 +46,6 @@ DOWN_TEAMS = Switch("SMALLM_DOWN_TEAMS", "",
                     "from 33 token-slot pairs (kDownTeamsMinPairs), else 1")
 DOWN_LO8 = Switch("SMALLM_DOWN_LO8", "",
                   "A/B switch (CUDA, tensor-core down): 0 stages h's lo half as f16 wherever that fits, 1 as e5m2; "
-                  "unset: f16 while its block stays within the 196 KB shared-memory carveout, else e5m2")
+                  "unset: f16 where it fits and (FP8) its block stays within the 196 KB shared-memory carveout, else e5m2")
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH,
        GATEUP_TEAMS, DOWN_TEAMS, DOWN_LO8)

@@ -162,7 +162,7 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         elif lo8 != "0" and f16_bytes > DOWN_MMA_SMEM_BYTES:
             down += (f", h's lo half as e5m2 (as f16 its stage would take {f16_bytes} B, over the "
                      f"{DOWN_MMA_SMEM_BYTES} B of a block)")
-        elif lo8 != "0" and f16_block > DOWN_LO16_CARVEOUT_BYTES:
+        elif lo8 != "0" and fmt == FP8_BLOCK128 and f16_block > DOWN_LO16_CARVEOUT_BYTES:
             down += (f", h's lo half as e5m2 (as f16 its block would take {f16_block} B, past the "
                      f"{DOWN_LO16_CARVEOUT_BYTES // 1024} KB shared-memory carveout)")
     return f"two-pass (variant 5): {gateup}, {down}"

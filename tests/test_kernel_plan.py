@@ -95,7 +95,7 @@ def test_h200_fp8_plan(env, T, K, I, expect):
     (2, 8, 640, "down on CUDA cores (I=640 over 512)"),
     (16, 11, 128, "x once per SM"),                                        # x: 16 * 4096 * 2 B
     (16, 11, 128, "down on tensor cores"),                                 # h: 176 * 136 * 4 B
-    (16, 11, 256, "down on tensor cores (2 teams per block: 176 pairs >= 33)"),
+    (16, 11, 256, "down on tensor cores (2 teams per block: 176 pairs >= 33)"),   # f16 lo half (MXFP4)
     (20, 11, 256, "h's lo half as e5m2"),
     (21, 11, 256, "gate/up and down on CUDA cores (x as f16 is 172032 B"),
 ])
@@ -131,6 +131,10 @@ def test_down_lo_half(env):
     plan = lambda T: kernels.kernel_plan("sm_90", "fp8_block128", T, 11, 4096, 256, sms=132)  # noqa: E731
     assert plan(13).endswith("down on tensor cores (2 teams per block: 143 pairs >= 33)")  # f16 lo half
     assert "h's lo half as e5m2" in plan(14)
+    # MXFP4 keeps f16 while it fits (its down is bound by the weights' decode)
+    assert kernels.kernel_plan("sm_90", "mxfp4", 16, 11, 4096, 256, sms=132).endswith("(2 teams per block: 176 pairs >= 33)")
+    assert "h's lo half as e5m2 (as f16 its stage would take 222912 B" in kernels.kernel_plan(
+        "sm_90", "mxfp4", 17, 11, 4096, 256, sms=132)
     env.setenv("SMALLM_DOWN_LO8", "0")
     assert plan(16).endswith("(2 teams per block: 176 pairs >= 33)")  # f16 wherever it fits
     assert plan(17).endswith("down on CUDA cores (its staged h and y take 222912 B with h's lo half as f16, over "
