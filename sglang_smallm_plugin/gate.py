@@ -36,12 +36,13 @@ CAPS: Sequence[Cap] = (
     Cap("gfx950", MXFP4, 256, 40, "crossover vs AITER measured upstream on MI355X"),
     Cap("gfx950", MXFP4, None, 16, "not measured: conservative"),
     # H200, row-major weights (the Triton fallback's layout), against SGLang's Triton FP8 path as
-    # shipped, both in one job (examples/results/README.md, "h200-ab5" run 3 at 1-4, 6, 8, 10, 12-20
-    # tokens; "h200-ab4" run 4 for I=128): with I=256 faster at every count up to 20 (80.9 vs 107.6 us
-    # at 8; from 15 tokens the down's stage needs the block's whole shared memory, from 17 h's lo half
-    # as e5m2); with I=128 faster at every count up to 20 (83.9 vs 125.9 us at 16, 102.6 vs 139.0 at
-    # 20). From 21 tokens x passes its 160 KB stage, the gate/up leaves the tensor cores and the kernel
-    # is slower at both. Shapes not measured against the peer do not use the kernel.
+    # shipped, both in one job (examples/results/README.md, "h200-ab5" run 3, at 1-4, 6, 8, 10, 12 and
+    # 14-21 tokens): with I=256 faster at every count up to 20 (80.2 vs 107.6 us at 8, 154.1 vs 168.4 at
+    # 16, 185.4 vs 193.2 at 20; from 14 tokens the down stages h's lo half as e5m2, 3-4 % faster at
+    # 14-16 in runs 4-5, from 17 only that fits); with I=128 faster at every count up to 20 (84.0 vs 125.6 at 16,
+    # 103.4 vs 139.1 at 20). At 21 tokens x passes its 160 KB stage, the gate/up leaves the tensor cores
+    # and the kernel is slower at both (TP4 419.7 vs 194.2). Shapes not measured against the peer do
+    # not use the kernel.
     Cap("sm_90", FP8_BLOCK128, 128, 20, "H200 crossover vs SGLang Triton measured 2026-11-30"),
     Cap("sm_90", FP8_BLOCK128, 256, 20, "H200: x stage limit, faster than SGLang Triton up to it (2026-12-01)"),
     Cap("sm_90", FP8_BLOCK128, None, 0, "H200: not measured against SGLang Triton at this I"),

@@ -344,6 +344,29 @@ def test_h_to_f16_hi_lo_per_pair_keeps_22_bits(seed, magnitude):
     assert bool(((scaled_max[live] >= 2.0 ** 14) & (scaled_max[live] < 2.0 ** 15)).all())
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("magnitude", [2.0 ** -60, 2.0 ** -20, 1.0, 2.0 ** 14, 2.0 ** 40, 2.0 ** 100])
+def test_h_to_f16_hi_e5m2_lo_per_pair_keeps_14_bits(seed, magnitude):
+    """kLo8's stage: hi f16, lo e5m2 (3 bytes a value); within 2^-14 |h| + 2^-17 scale, finite, the lo
+    byte widened to f16 exactly, and coarser than the f16 halves (so the choice matters)."""
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(6, 256, generator=g) * magnitude
+    h[0, 7] *= 1e5
+    h[1, :] = 0.0
+    h[2, 3] = -h[2].abs().max() * 3
+    hi, lo, scale = R.h_to_f16_hi_e5m2_lo_per_pair(h)
+    assert lo.dtype == torch.float8_e5m2 and bool(hi.isfinite().all()) and bool(lo.float().isfinite().all())
+    # e5m2 byte b is the f16 with bits b << 8 (what the kernel's byte permute builds)
+    widened = (lo.view(torch.uint8).to(torch.int16) << 8).view(torch.float16)
+    assert torch.equal(widened.float(), lo.float())
+    back = (hi.float() + lo.float()) * scale[:, None]
+    assert bool(((back - h).abs() <= h.abs() * 2.0 ** -14 + 2.0 ** -17 * scale[:, None]).all())
+    hi16, lo16, _ = R.h_to_f16_hi_lo_per_pair(h)
+    assert torch.equal(hi, hi16)
+    f16_err = ((hi16.float() + lo16.float()) * scale[:, None] - h).abs()
+    assert bool(((back - h).abs() > f16_err).any())
+
+
 # ----------------------------------------------------------------- MXFP4 weights on tensor cores
 def _fp4_step_scales(g, rows, steps, spread):
     base = torch.randint(spread + 2, 250, (rows, steps, 1), generator=g)

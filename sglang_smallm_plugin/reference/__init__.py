@@ -20,6 +20,7 @@ from .quant import (
     quant_fp8_blockscale,
     x_to_f16_per_token,
     h_to_f16_hi_lo_per_pair,
+    h_to_f16_hi_e5m2_lo_per_pair,
     mxfp4_tensor_core_weights,
 )
 from .sorting import (
@@ -56,5 +57,6 @@ __all__ = [
     "e8m0_to_float",
     "x_to_f16_per_token",
     "h_to_f16_hi_lo_per_pair",
+    "h_to_f16_hi_e5m2_lo_per_pair",
     "mxfp4_tensor_core_weights",
 ]

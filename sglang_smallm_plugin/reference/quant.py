@@ -167,6 +167,20 @@ def h_to_f16_hi_lo_per_pair(h: torch.Tensor):
     return hi, lo, scale
 
 
+def h_to_f16_hi_e5m2_lo_per_pair(h: torch.Tensor):
+    """The same with the lo half as e5m2 (the tensor-core down's kLo8 kernels, where the f16 halves do not
+    fit its block or, FP8, would pass the 196 KB carveout): hi = f16(v), lo = e5m2(v - hi), round to
+    nearest even. Returns (hi [P, I] float16, lo [P, I] float8_e5m2, scale [P] float32 = 2^e);
+    (hi + lo) * scale is within 2^-14 |h| + 2^-17 scale of h. e5m2 is the high byte of an f16, so the
+    kernel widens lo exactly (lo.to(float16))."""
+    hf = h.float()
+    scale = _f16_stage_scale(hf)
+    v = hf / scale[:, None]
+    hi = v.to(torch.float16)
+    lo = (v - hi.float()).to(torch.float8_e5m2)
+    return hi, lo, scale
+
+
 MXFP4_MMA_STEP = 128  # values of K per tensor-core step: 4 lanes x one 32-value block
 
 
