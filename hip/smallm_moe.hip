@@ -194,9 +194,12 @@ template <int Fmt>
 int down_mma_lo_bytes(const smallm::MoeArgs& a) {
   using namespace smallm;
   static const char* forced = getenv("SMALLM_DOWN_LO8");
-  int dev = 0, sms = 0;
+  static int sms_of[kMaxDevices] = {0};  // SM count per device, read once
+  int dev = 0;
   if (!down_mma_takes<Fmt>(a.I)) return 0;
-  if (GPU(GetDevice)(&dev) != 0 || GPU(DeviceGetAttribute)(&sms, GPU_DEV_ATTR_SMS, dev) != 0) return 0;
+  if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 0;
+  if (sms_of[dev] == 0 && GPU(DeviceGetAttribute)(&sms_of[dev], GPU_DEV_ATTR_SMS, dev) != 0) return 0;
+  const int sms = sms_of[dev];
   const int f16 = down_mma_smem_at(a.T * a.K, a.I, a.D, sms, 2), e5m2 = down_mma_smem_at(a.T * a.K, a.I, a.D, sms, 1);
   const bool f16_fits = f16 <= kDownMmaSmemBytes, e5m2_fits = e5m2 <= kDownMmaSmemBytes;
   if (forced && forced[0] == '0') return f16_fits ? 2 : 0;
