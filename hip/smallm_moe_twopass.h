@@ -20,8 +20,8 @@
 //            jobs' W2 rows in flight, read h (staged in shared memory when small), write
 //            y[pair, rows] to shared memory, and the block then sums each token's slots in slot
 //            order into out (deterministic: every sum has a fixed order).
-//            FP8 and MXFP4 on CUDA run it on tensor cores (smallm_down_mma_kernel) while h fits
-//            its stage.
+//            FP8 and MXFP4 on CUDA run it on tensor cores (smallm_down_mma_kernel) while its stage
+//            (h, y) fits the block's shared memory, h's lo half as e5m2 where f16 would not.
 //
 // On sm_90 the down kernel is launched as a programmatic dependent of the gate/up kernel: its
 // prologue and its first W2 loads run while the gate/up kernel finishes, and it waits
@@ -728,8 +728,9 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
 //   B = h in the same k order, staged once per block in shared memory as two f16 halves,
 //       hi = f16(h s_p) and lo = f16(h s_p - hi), s_p = 2^-e_p putting the pair's max |h| in
 //       [2^14, 2^15): hi + lo carries 22 significant bits, every value above 2^-38 of the pair's
-//       largest. kLo8 (where the f16 halves do not fit the block's shared memory: Qwen3.5 TP4 from
-//       17 tokens): lo = e5m2(h s_p - hi), one byte widened to f16 exactly when read, hi + lo within
+//       largest. kLo8 (where the f16 halves do not fit the block's shared memory, Qwen3.5 TP4 from
+//       17 tokens, or for FP8 would pass the 196 KB carveout, from 14: the launcher's
+//       down_mma_lo_bytes): lo = e5m2(h s_p - hi), one byte widened to f16 exactly when read, hi + lo within
 //       2^-14 of h s_p (3 bytes a value; as the default it was 1-6 % slower at 1-12 tokens and its
 //       bf16 outputs' error against the reference 2-4x larger: examples/results "h200-ab5" run 2).
 //       Column 2m is pair m's hi, column 2m + 1 its lo, so one MMA takes both halves and
@@ -743,8 +744,8 @@ constexpr int kDownMmaChunks = 4;          // chunks of I per job: I <= 256 (FP8
 // The down's dynamic shared memory (y, 2^e_p, routing weights, staged h) may take what an sm_90 block
 // can have beside its static Routing. The launcher checks it at the smallest grid it may pick (one
 // block per SM, down_mma_smem_at); from about 90 KB one block fits an SM. Qwen3.5 TP4 at 20 tokens
-// (the gate/up's x stage limit) takes 199.4 KB: h 170.2 KB, y 27.5 KB. (A fixed 160 KB for h alone,
-// 4 bytes a value, held TP4 to 14 tokens.)
+// (the gate/up's x stage limit) takes 199.4 KB with h's lo half as e5m2: h 170.2 KB, y 27.5 KB. (A
+// fixed 160 KB for h alone, 4 bytes a value, held TP4 to 14 tokens.)
 constexpr int kDownMmaSmemBytes = 207 * 1024;
 constexpr int kMaxYsMmaBytes = 32 * 1024;   // y of a block's row-blocks: the launcher adds blocks until it fits
 
