@@ -154,17 +154,22 @@ def x_to_f16_per_token(x: torch.Tensor):
     return (xf / scale[:, None]).to(torch.float16), scale
 
 
+def _h_hi_lo_per_pair(h: torch.Tensor, lo_dtype: torch.dtype):
+    """h scaled per pair (row) by 2^-e (_f16_stage_scale, exact), hi = f16 of it, lo = the exact
+    remainder rounded to lo_dtype. Returns (hi, lo, scale = 2^e)."""
+    hf = h.float()
+    scale = _f16_stage_scale(hf)
+    v = hf / scale[:, None]
+    hi = v.to(torch.float16)
+    return hi, (v - hi.float()).to(lo_dtype), scale
+
+
 def h_to_f16_hi_lo_per_pair(h: torch.Tensor):
     """Model of the intermediate the tensor-core down kernel (FP8 and MXFP4) stages (hip/smallm_moe_twopass.h):
     per pair (row of h, fp32) e = exponent(max |h|) - 14, clamped to >= -100, v = h * 2^-e (exact),
     hi = f16(v), lo = f16(v - hi). Returns (hi, lo [P, I] float16, scale [P] float32 = 2^e);
     (hi + lo) * scale is within 2^-22 |h| + 2^-25 scale of h (22 significant bits), no overflow."""
-    hf = h.float()
-    scale = _f16_stage_scale(hf)
-    v = hf / scale[:, None]
-    hi = v.to(torch.float16)
-    lo = (v - hi.float()).to(torch.float16)
-    return hi, lo, scale
+    return _h_hi_lo_per_pair(h, torch.float16)
 
 
 def h_to_f16_hi_e5m2_lo_per_pair(h: torch.Tensor):
@@ -173,12 +178,7 @@ def h_to_f16_hi_e5m2_lo_per_pair(h: torch.Tensor):
     nearest even. Returns (hi [P, I] float16, lo [P, I] float8_e5m2, scale [P] float32 = 2^e);
     (hi + lo) * scale is within 2^-14 |h| + 2^-17 scale of h. e5m2 is the high byte of an f16, so the
     kernel widens lo exactly (lo.to(float16))."""
-    hf = h.float()
-    scale = _f16_stage_scale(hf)
-    v = hf / scale[:, None]
-    hi = v.to(torch.float16)
-    lo = (v - hi.float()).to(torch.float8_e5m2)
-    return hi, lo, scale
+    return _h_hi_lo_per_pair(h, torch.float8_e5m2)
 
 
 MXFP4_MMA_STEP = 128  # values of K per tensor-core step: 4 lanes x one 32-value block
