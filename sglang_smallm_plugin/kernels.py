@@ -99,6 +99,34 @@ def down_mma_smem_at(N: int, I: int, D: int, sms: int, lo_bytes: int) -> int:
     return ys_bytes(G) + 2 * ((N + 3) // 4 * 4) * 4 + N * (I + 8) * (2 + lo_bytes)
 
 
+def down_mma_lo_bytes(fmt: str, N: int, I: int, D: int, sms: int):
+    """hip/smallm_moe.hip down_mma_lo_bytes: (bytes of h's lo half for the tensor-core down, 2 = f16,
+    1 = e5m2, 0 = the down runs on CUDA cores; why, in words, where not the plain f16 stage)."""
+    from . import envs
+
+    f16, e5m2 = (down_mma_smem_at(N, I, D, sms, lo) for lo in (2, 1))
+    f16_fits, e5m2_fits = f16 <= DOWN_MMA_SMEM_BYTES, e5m2 <= DOWN_MMA_SMEM_BYTES
+    no_fit = (f"its staged h and y take {e5m2} B even with h's lo half as e5m2, over the {DOWN_MMA_SMEM_BYTES} B "
+              "of a block")
+    forced = envs.DOWN_LO8.get().strip()[:1]
+    if forced == "0":
+        if f16_fits:
+            return 2, ""
+        return 0, no_fit if not e5m2_fits else (f"its staged h and y take {f16} B with h's lo half as f16, over "
+                                                f"the {DOWN_MMA_SMEM_BYTES} B of a block: SMALLM_DOWN_LO8=0")
+    if forced == "1":
+        return (1, "SMALLM_DOWN_LO8=1") if e5m2_fits else (0, no_fit)
+    f16_block = f16 + ROUTING_BYTES + BLOCK_RESERVED_SMEM_BYTES
+    if f16_fits and (fmt == MXFP4 or f16_block <= DOWN_LO16_CARVEOUT_BYTES):
+        return 2, ""
+    if not e5m2_fits:
+        return 0, no_fit
+    if not f16_fits:
+        return 1, f"as f16 its stage would take {f16} B, over the {DOWN_MMA_SMEM_BYTES} B of a block"
+    return 1, (f"as f16 its block would take {f16_block} B, past the {DOWN_LO16_CARVEOUT_BYTES // 1024} KB "
+               "shared-memory carveout")
+
+
 def _device_sms() -> int:
     if torch.cuda.is_available():
         return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
@@ -135,18 +163,13 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
                   f"pass the {TWO_BLOCK_CARVEOUT_BYTES // 1024} KB shared-memory carveout)")
     else:
         gateup = "gate/up on tensor cores"
-    sms = sms or _device_sms()
-    f16_bytes, e5m2_bytes = (down_mma_smem_at(T * K, I, D, sms, lo) for lo in (2, 1))
+    lo_bytes, lo_why = down_mma_lo_bytes(fmt, T * K, I, D, sms or _device_sms())
     if not envs.MMA_DOWN.enabled():
         down = "down on CUDA cores (SMALLM_MMA_DOWN=0)"
     elif I % 128 or I // step > DOWN_MMA_CHUNKS:
         down = f"down on CUDA cores (I={I} over {step * DOWN_MMA_CHUNKS})"
-    elif min(f16_bytes, e5m2_bytes) > DOWN_MMA_SMEM_BYTES or (
-            envs.DOWN_LO8.get().strip()[:1] == "0" and f16_bytes > DOWN_MMA_SMEM_BYTES):
-        down = (f"down on CUDA cores (its staged h and y take {e5m2_bytes} B even with h's lo half as e5m2, "
-                f"over the {DOWN_MMA_SMEM_BYTES} B of a block)" if e5m2_bytes > DOWN_MMA_SMEM_BYTES else
-                f"down on CUDA cores (its staged h and y take {f16_bytes} B with h's lo half as f16, over the "
-                f"{DOWN_MMA_SMEM_BYTES} B of a block: SMALLM_DOWN_LO8=0)")
+    elif lo_bytes == 0:
+        down = f"down on CUDA cores ({lo_why})"
     else:
         forced = envs.DOWN_TEAMS.get().strip()[:1]
         if forced in ("1", "2"):
@@ -155,16 +178,8 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
             down = f"down on tensor cores (2 teams per block: {T * K} pairs >= {DOWN_TEAMS_MIN_PAIRS})"
         else:
             down = "down on tensor cores"
-        lo8 = envs.DOWN_LO8.get().strip()[:1]
-        f16_block = f16_bytes + ROUTING_BYTES + BLOCK_RESERVED_SMEM_BYTES
-        if lo8 == "1":
-            down += ", h's lo half as e5m2 (SMALLM_DOWN_LO8=1)"
-        elif lo8 != "0" and f16_bytes > DOWN_MMA_SMEM_BYTES:
-            down += (f", h's lo half as e5m2 (as f16 its stage would take {f16_bytes} B, over the "
-                     f"{DOWN_MMA_SMEM_BYTES} B of a block)")
-        elif lo8 != "0" and fmt == FP8_BLOCK128 and f16_block > DOWN_LO16_CARVEOUT_BYTES:
-            down += (f", h's lo half as e5m2 (as f16 its block would take {f16_block} B, past the "
-                     f"{DOWN_LO16_CARVEOUT_BYTES // 1024} KB shared-memory carveout)")
+        if lo_bytes == 1:
+            down += f", h's lo half as e5m2 ({lo_why})"
     return f"two-pass (variant 5): {gateup}, {down}"
 
 
