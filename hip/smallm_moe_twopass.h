@@ -909,27 +909,25 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
             lo[k] = f - f16_to_f32(hi[k]);  // exact
           }
           const int at = p * hst + kPass * j + kLv * lane;
+          auto store_f16 = [&](uint16_t* dst, const uint16_t (&hv)[kLv]) {
+            if constexpr (kFp4)
+              *reinterpret_cast<Vec16*>(dst + at) = mxfp4_mma_order(hv);
+            else
+              *reinterpret_cast<uint2*>(dst + at) = make_uint2(hv[0] | ((uint32_t)hv[1] << 16), hv[2] | ((uint32_t)hv[3] << 16));
+          };
+          store_f16(hhi, hi);
           if constexpr (kLo8) {
-            if constexpr (kFp4) {  // lo bytes in mxfp4_mma_order too: value j, then j + 4
-              *reinterpret_cast<Vec16*>(hhi + at) = mxfp4_mma_order(hi);
+            if constexpr (kFp4)  // lo bytes in mxfp4_mma_order too: value j, then j + 4
               *reinterpret_cast<uint2*>(hlo8 + at) =
                   make_uint2(f32x2_to_e5m2x2(lo[0], lo[4]) | (f32x2_to_e5m2x2(lo[1], lo[5]) << 16),
                              f32x2_to_e5m2x2(lo[2], lo[6]) | (f32x2_to_e5m2x2(lo[3], lo[7]) << 16));
-            } else {
-              *reinterpret_cast<uint2*>(hhi + at) = make_uint2(hi[0] | ((uint32_t)hi[1] << 16), hi[2] | ((uint32_t)hi[3] << 16));
+            else
               *reinterpret_cast<uint32_t*>(hlo8 + at) = f32x2_to_e5m2x2(lo[0], lo[1]) | (f32x2_to_e5m2x2(lo[2], lo[3]) << 16);
-            }
           } else {
             uint16_t lh[kLv];
 #pragma unroll
             for (int k = 0; k < kLv; ++k) lh[k] = f32_to_f16(lo[k]);
-            if constexpr (kFp4) {
-              *reinterpret_cast<Vec16*>(hhi + at) = mxfp4_mma_order(hi);
-              *reinterpret_cast<Vec16*>(hlo + at) = mxfp4_mma_order(lh);
-            } else {
-              *reinterpret_cast<uint2*>(hhi + at) = make_uint2(hi[0] | ((uint32_t)hi[1] << 16), hi[2] | ((uint32_t)hi[3] << 16));
-              *reinterpret_cast<uint2*>(hlo + at) = make_uint2(lh[0] | ((uint32_t)lh[1] << 16), lh[2] | ((uint32_t)lh[3] << 16));
-            }
+            store_f16(hlo, lh);
           }
         }
       }
