@@ -19,20 +19,24 @@ SMALLM_TWOPASS(kMxfp4, kRowMajor)
 SMALLM_TWOPASS(kMxfp4, kShuffle16x16)
 #undef SMALLM_TWOPASS
 #if !defined(SMALLM_HIP)
+#define SMALLM_MMA_DOWN(F, L, C)                                                \
+  template __global__ void smallm_down_mma_kernel<F, L, 1, false, C>(MoeArgs); \
+  template __global__ void smallm_down_mma_kernel<F, L, 2, false, C>(MoeArgs); \
+  template __global__ void smallm_down_mma_kernel<F, L, 1, true, C>(MoeArgs);  \
+  template __global__ void smallm_down_mma_kernel<F, L, 2, true, C>(MoeArgs);
 #define SMALLM_MMA(F, L)                                                  \
   template __global__ void smallm_gateup_mma_kernel<F, L, 4, 1>(MoeArgs); \
   template __global__ void smallm_gateup_mma_kernel<F, L, 8, 1>(MoeArgs); \
   template __global__ void smallm_gateup_mma_kernel<F, L, 4, 2>(MoeArgs); \
   template __global__ void smallm_gateup_mma_kernel<F, L, 8, 2>(MoeArgs); \
-  template __global__ void smallm_down_mma_kernel<F, L, 1, false>(MoeArgs); \
-  template __global__ void smallm_down_mma_kernel<F, L, 2, false>(MoeArgs); \
-  template __global__ void smallm_down_mma_kernel<F, L, 1, true>(MoeArgs); \
-  template __global__ void smallm_down_mma_kernel<F, L, 2, true>(MoeArgs);
+  SMALLM_MMA_DOWN(F, L, 2)                                                \
+  SMALLM_MMA_DOWN(F, L, kDownMmaChunks)
 SMALLM_MMA(kFp8Block128, kRowMajor)
 SMALLM_MMA(kFp8Block128, kShuffle16x16)
 SMALLM_MMA(kMxfp4, kRowMajor)
 SMALLM_MMA(kMxfp4, kShuffle16x16)
 #undef SMALLM_MMA
+#undef SMALLM_MMA_DOWN
 template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 1>(MoeArgs);
@@ -210,11 +214,11 @@ int down_mma_lo_bytes(const smallm::MoeArgs& a) {
 }
 
 // Down on tensor cores (smallm_down_mma_kernel): h staged as halves in dynamic shared memory (kLo8: the
-// lo half as e5m2); blocks of kTeams teams of 256 threads.
-template <int Fmt, int Layout, int kTeams, bool kLo8>
+// lo half as e5m2); blocks of kTeams teams of 256 threads; each job's loads hold kCh chunks of I.
+template <int Fmt, int Layout, int kTeams, bool kLo8, int kCh>
 int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
-  auto kernel = smallm_down_mma_kernel<Fmt, Layout, kTeams, kLo8>;
+  auto kernel = smallm_down_mma_kernel<Fmt, Layout, kTeams, kLo8, kCh>;
   static Capacity table[kMaxDevices], table_smem[kMaxDevices];
   static int raised[kMaxDevices] = {0};
   int capacity = 0;
@@ -243,13 +247,24 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // 4: 29.1 vs 28.9, 16: 99.6 vs 83.7; MXFP4 alike. 33 pairs (3 tokens) was not measured: the rule splits
 // at the routing's one-warp limit. SMALLM_DOWN_TEAMS=1 or 2 forces either (A/B runs).
 constexpr int kDownTeamsMinPairs = 33;
-template <int Fmt, int Layout>
-int launch_down_mma_teams(const smallm::MoeArgs& a, bool lo8, gpuStream_t stream) {
+template <int Fmt, int Layout, int kCh>
+int launch_down_mma_teams_ch(const smallm::MoeArgs& a, bool lo8, gpuStream_t stream) {
   static const char* forced = getenv("SMALLM_DOWN_TEAMS");
   int teams = a.T * a.K >= kDownTeamsMinPairs ? 2 : 1;
   if (forced && (forced[0] == '1' || forced[0] == '2')) teams = forced[0] - '0';
-  if (teams == 2) return lo8 ? launch_down_mma<Fmt, Layout, 2, true>(a, stream) : launch_down_mma<Fmt, Layout, 2, false>(a, stream);
-  return lo8 ? launch_down_mma<Fmt, Layout, 1, true>(a, stream) : launch_down_mma<Fmt, Layout, 1, false>(a, stream);
+  if (teams == 2)
+    return lo8 ? launch_down_mma<Fmt, Layout, 2, true, kCh>(a, stream) : launch_down_mma<Fmt, Layout, 2, false, kCh>(a, stream);
+  return lo8 ? launch_down_mma<Fmt, Layout, 1, true, kCh>(a, stream) : launch_down_mma<Fmt, Layout, 1, false, kCh>(a, stream);
+}
+// Where I takes at most two chunks (MXFP4 to I = 256, FP8 to 128), the kernel whose jobs hold two
+// chunks, three jobs' W2 in flight per warp instead of two (smallm::down_mma_ring_chunks).
+// SMALLM_DOWN_RING=2 forces the two-job ring (A/B runs).
+template <int Fmt, int Layout>
+int launch_down_mma_teams(const smallm::MoeArgs& a, bool lo8, gpuStream_t stream) {
+  static const char* forced = getenv("SMALLM_DOWN_RING");
+  if (smallm::down_mma_ring_chunks<Fmt>(a.I) == 2 && !(forced && forced[0] == '2'))
+    return launch_down_mma_teams_ch<Fmt, Layout, 2>(a, lo8, stream);
+  return launch_down_mma_teams_ch<Fmt, Layout, smallm::kDownMmaChunks>(a, lo8, stream);
 }
 #endif
 

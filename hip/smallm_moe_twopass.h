@@ -236,7 +236,8 @@ SMALLM_DEV float exp2_int(int e) { return __builtin_bit_cast(float, (127 + e) <<
 // four vectors of one row and step have the largest R. The lane multiplies its decoded values (v 2^-14,
 // exact) by 2^(s - R + 15) in f16, exact while R - s <= 24 (smaller blocks round to f16 subnormals or
 // zero: reference.quant.mxfp4_tensor_core_weights models it); the step's MMA sums take 2^(R - 128)
-// in fp32.
+// in fp32. (Decoding through e4m3 bytes and the FP8 conversion, 7 bit operations and 4 conversions
+// for 8 values instead of 16 bit operations, was 0-4 % slower: examples/results "h200-ab6" run 3.)
 constexpr int kMmaPairs = 4;                 // pairs per MMA pass: B columns 2m, 2m+1 are pair m's two halves
 // x staged as f16 when T * D * 2 fits (T <= 20 at D = 4096; above, the CUDA-core kernels): two
 // one-team blocks per SM while both fit the 196 KB carveout, else one block of two teams
@@ -737,8 +738,8 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
 //       C[row, 2m] + C[row, 2m + 1] (fp32) is the row's sum for pair m (a separate MMA per half
 //       took twice the MMAs: examples/results "h200-ab2"). 2^e_p and the weight scales (FP8: the
 //       128x128 block scales) are applied to C.
-// Each warp keeps two jobs' W2 in alternating register sets; the first two are loaded before the
-// wait for the gate/up kernel.
+// Each warp keeps kDepth jobs' W2 in a ring of register sets (three where a job holds two chunks,
+// down_mma_ring_chunks; else two), all loaded before the wait for the gate/up kernel.
 constexpr int kDownMmaRows = 16;           // output rows per row-block (one MMA tile)
 constexpr int kDownMmaChunks = 4;          // chunks of I per job: I <= 256 (FP8), 512 (MXFP4)
 // The down's dynamic shared memory (y, 2^e_p, routing weights, staged h) may take what an sm_90 block
@@ -754,6 +755,13 @@ __host__ __device__ inline int down_mma_hstride(int I) { return I + 8; }  // f16
 template <int Fmt>
 __host__ __device__ inline bool down_mma_takes(int I) {
   return I % 128 == 0 && I / mma_step_values<Fmt>() <= kDownMmaChunks;
+}
+// Chunks of I a job's loads hold (the kernel's kCh): 2 where I takes at most two (each warp then keeps
+// three jobs' W2 in flight: MXFP4 Qwen3.5 TP4 8 tokens 101.2 -> 98.1 us, 16: 170.6 -> 164.5; FP8 TP8
+// 8 tokens 56.6 -> 55.6; examples/results "h200-ab6" run 1), else kDownMmaChunks (two jobs).
+template <int Fmt>
+__host__ __device__ inline int down_mma_ring_chunks(int I) {
+  return (I + mma_step_values<Fmt>() - 1) / mma_step_values<Fmt>() <= 2 ? 2 : kDownMmaChunks;
 }
 __host__ __device__ inline int down_mma_exp_floats(int N) { return (N + 3) / 4 * 4; }  // 2^e_p per pair, 16-byte padded
 // lo_bytes: 2 (lo as f16) or 1 (kLo8: lo as e5m2)
@@ -782,16 +790,17 @@ SMALLM_DEV Vec16 stage_b(const uint16_t* hhi, const uint8_t* hlo, int at, bool l
 static_assert(kDownMmaSmemBytes + (int)sizeof(Routing) <= 227 * 1024,
               "the tensor-core down's shared memory must fit one sm_90 block");
 
+template <int kCh>
 struct DownMmaLoads {
-  Vec16 v[2][kDownMmaChunks];     // rows g, g+8 x chunks
-  float s[kDownMmaChunks / 2];    // FP8: block scale per 128-wide k block
+  Vec16 v[2][kCh];                // rows g, g+8 x chunks
+  float s[kCh / 2];               // FP8: block scale per 128-wide k block
   uint32_t b[2];                  // MXFP4: e8m0 bytes of the lane's vectors, rows g, g+8 (byte c: chunk c)
 };
 
 // kTeams = 2: 512 threads (16 warps) per block, from 33 pairs on (launch_down_mma_teams): both teams
 // share the routing, the h stage and y, and take the jobs in turn, so twice the W2 is in flight per
 // block (from about 8 tokens at TP4 the h stage holds the SM to one block).
-template <int Fmt, int Layout, int kTeams, bool kLo8>
+template <int Fmt, int Layout, int kTeams, bool kLo8, int kCh>
 __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
 #if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
   using F = Format<Fmt>;
@@ -799,6 +808,9 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   constexpr int kBlockThreads = kThreads * kTeams, kBlockWarps = kWarps * kTeams;
   constexpr int kCv = mma_step_values<Fmt>();  // values of I per chunk
   constexpr int rb = kDownMmaRows;
+  static_assert(kCh == 2 || kCh == kDownMmaChunks, "chunks a job's loads hold: 2 or kDownMmaChunks");
+  constexpr int kDepth = kCh == 2 ? 3 : 2;  // jobs' W2 in flight per warp (down_mma_ring_depth)
+  using Loads = DownMmaLoads<kCh>;
   extern __shared__ __attribute__((aligned(16))) float dsm[];  // ys [nloc][T*K][16], 2^e_p [T*K], topk_w [T*K], h hi, h lo
   __shared__ Routing R;
   SMALLM_TL_ENTRY(1);
@@ -820,22 +832,22 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   uint16_t* hlo = hhi + N * hst;                            // lo as f16, or
   uint8_t* hlo8 = reinterpret_cast<uint8_t*>(hhi + N * hst);  // kLo8: lo as e5m2
   const int nd = R.nd, njobs = nloc * nd;
-  auto issue = [&](int jj, DownMmaLoads& L) {
+  auto issue = [&](int jj, Loads& L) {
     const int i = jj / nd, u = jj - i * nd;
     const int row0 = (b + G * i) * rb, e = R.id[R.ulead[u]];
     const uint8_t* wb = a.w2 + (size_t)e * a.D * rowb2;
 #pragma unroll
-    for (int c = 0; c < kDownMmaChunks; ++c) {
+    for (int c = 0; c < kCh; ++c) {
       if (c < nch) {
         L.v[0][c] = load_weights(wb + vec_offset<Layout>(row0 + g, 4 * c + q, rowb2));
         L.v[1][c] = load_weights(wb + vec_offset<Layout>(row0 + g + 8, 4 * c + q, rowb2));
       }
     }
     if constexpr (kFp4) {
-      static_assert(kDownMmaChunks <= 4, "one byte per chunk in a 32-bit word");
+      static_assert(kCh <= 4, "one byte per chunk in a 32-bit word");
       L.b[0] = L.b[1] = 0;
 #pragma unroll
-      for (int c = 0; c < kDownMmaChunks; ++c) {
+      for (int c = 0; c < kCh; ++c) {
         if (c < nch) {
           L.b[0] |= F::template scale_byte<Layout>(a.s2, e, a.D, a.I, row0 + g, 4 * c + q) << (8 * c);
           L.b[1] |= F::template scale_byte<Layout>(a.s2, e, a.D, a.I, row0 + g + 8, 4 * c + q) << (8 * c);
@@ -843,13 +855,16 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
       }
     } else {
 #pragma unroll
-      for (int kb = 0; kb < kDownMmaChunks / 2; ++kb)
+      for (int kb = 0; kb < kCh / 2; ++kb)
         if (2 * kb < nch) L.s[kb] = F::template scale<Layout>(a.s2, e, a.D, a.I, row0, 8 * kb);
     }
   };
-  DownMmaLoads p0, p1;
-  if (w < njobs) issue(w, p0);
-  if (w + kBlockWarps < njobs) issue(w + kBlockWarps, p1);
+  Loads ring[kDepth];
+  auto prologue = [&](auto K) {
+    constexpr int k = decltype(K)::value;
+    if (w + k * kBlockWarps < njobs) issue(w + k * kBlockWarps, ring[k]);
+  };
+  StaticFor<0, kDepth>::run(prologue);
   SMALLM_TL_MARK(1, kTlDownIssued);
   grid_dependency_wait();  // h comes from the gate/up kernel (and out may alias what it reads)
   SMALLM_TL_MARK(1, kTlHReady);
@@ -937,7 +952,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   for (int p = t + kBlockThreads; p < N; p += kBlockThreads) tws[p] = a.topk_w[p];
   block_sync();
   SMALLM_TL_MARK(1, kTlHStaged);
-  auto compute = [&](int jj, DownMmaLoads& L) {
+  auto compute = [&](int jj, Loads& L) {
     const int i = jj / nd, u = jj - i * nd;
     const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
     for (int m0 = 0; m0 < M; m0 += kMmaPairs) {
@@ -954,7 +969,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
       float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       if constexpr (kFp4) {
 #pragma unroll
-        for (int ch = 0; ch < kDownMmaChunks; ++ch) {
+        for (int ch = 0; ch < kCh; ++ch) {
           if (ch < nch) {
             opaque(L.v[0][ch]);
             opaque(L.v[1][ch]);
@@ -981,7 +996,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
         }
       } else {
 #pragma unroll
-        for (int kb = 0; kb < kDownMmaChunks / 2; ++kb) {
+        for (int kb = 0; kb < kCh / 2; ++kb) {
           if (2 * kb < nch) {
             // the scale block's two chunks accumulate in two chains (4 MMAs deep each)
             float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -1018,12 +1033,16 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
       }
     }
   };
-  for (int jj = w; jj < njobs; jj += 2 * kBlockWarps) {
-    compute(jj, p0);
-    if (jj + 2 * kBlockWarps < njobs) issue(jj + 2 * kBlockWarps, p0);
-    if (jj + kBlockWarps >= njobs) break;
-    compute(jj + kBlockWarps, p1);
-    if (jj + 3 * kBlockWarps < njobs) issue(jj + 3 * kBlockWarps, p1);
+  for (int jj = w; jj < njobs; jj += kDepth * kBlockWarps) {
+    auto one = [&](auto K) {  // set k holds job jj + k B; once computed it takes job jj + (k + kDepth) B
+      constexpr int k = decltype(K)::value;
+      const int j = jj + k * kBlockWarps;
+      if (j < njobs) {
+        compute(j, ring[k]);
+        if (j + kDepth * kBlockWarps < njobs) issue(j + kDepth * kBlockWarps, ring[k]);
+      }
+    };
+    StaticFor<0, kDepth>::run(one);
   }
   block_sync();
   SMALLM_TL_MARK(1, kTlDownJobs);

@@ -47,5 +47,8 @@ DOWN_TEAMS = Switch("SMALLM_DOWN_TEAMS", "",
 DOWN_LO8 = Switch("SMALLM_DOWN_LO8", "",
                   "A/B switch (CUDA, tensor-core down): 0 stages h's lo half as f16 wherever that fits, 1 as e5m2; "
                   "unset: f16 where it fits and (FP8) its block stays within the 196 KB shared-memory carveout, else e5m2")
+DOWN_RING = Switch("SMALLM_DOWN_RING", "",
+                   "A/B switch (CUDA, tensor-core down): 2 keeps two jobs' weights in flight per warp also where I "
+                   "takes at most two chunks; unset: three there (MXFP4 to I=256, FP8 to 128), else two")
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH,
-       GATEUP_TEAMS, DOWN_TEAMS, DOWN_LO8)
+       GATEUP_TEAMS, DOWN_TEAMS, DOWN_LO8, DOWN_RING)

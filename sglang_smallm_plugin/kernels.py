@@ -127,6 +127,12 @@ def down_mma_lo_bytes(fmt: str, N: int, I: int, D: int, sms: int):
                "shared-memory carveout")
 
 
+def down_mma_ring_chunks(fmt: str, I: int) -> int:
+    """hip/smallm_moe_twopass.h down_mma_ring_chunks: chunks of I a tensor-core down job's loads hold, 2
+    (three jobs' W2 in flight per warp) where I takes at most two, else DOWN_MMA_CHUNKS (two jobs)."""
+    return 2 if -(-I // _mma_step_values(fmt)) <= 2 else DOWN_MMA_CHUNKS
+
+
 def _device_sms() -> int:
     if torch.cuda.is_available():
         return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
@@ -180,6 +186,8 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
             down = "down on tensor cores"
         if lo_bytes == 1:
             down += f", h's lo half as e5m2 ({lo_why})"
+        if down_mma_ring_chunks(fmt, I) == 2 and envs.DOWN_RING.get().strip()[:1] == "2":
+            down += ", two jobs' W2 in flight per warp (SMALLM_DOWN_RING=2)"
     return f"two-pass (variant 5): {gateup}, {down}"
 
 

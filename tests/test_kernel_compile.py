@@ -185,6 +185,15 @@ def test_mxfp4_tensor_core_kernels_use_mma(sm90a_ptx, kernel):
     assert "cvt.rn.f16x2.e4m3x2" not in body  # no FP8 conversion in the MXFP4 kernels
 
 
+def test_down_kernels_for_both_rings(sm90a_ptx):
+    """The tensor-core down is built with jobs of 2 chunks (three jobs' W2 in flight per warp) and of
+    kDownMmaChunks (two jobs), for every format, layout, team count and lo-half format: 32 kernels."""
+    names = [n for n in sm90a_ptx if "smallm_down_mma_kernel" in n]
+    assert len(names) == 32, names
+    assert sum(n.endswith("ELi2EEEvNS_7MoeArgsE") for n in names) == 16
+    assert sum(n.endswith("ELi4EEEvNS_7MoeArgsE") for n in names) == 16
+
+
 def test_gateup_static_shared_memory_matches_the_plan_mirror(sm90a_ptx):
     """The one-team tensor-core gate/up's static shared memory (every format, layout and kJ) is the
     figure kernels.kernel_plan words its teams choice with (the launcher reads it from the kernel)."""

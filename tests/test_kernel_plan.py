@@ -59,7 +59,7 @@ def test_every_switch_the_launcher_reads_is_documented():
 @pytest.fixture
 def env(monkeypatch):
     for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN", "SMALLM_GATEUP_TEAMS", "SMALLM_DOWN_TEAMS",
-                 "SMALLM_DOWN_LO8"):
+                 "SMALLM_DOWN_LO8", "SMALLM_DOWN_RING"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -141,6 +141,28 @@ def test_down_lo_half(env):
                              "the 211968 B of a block: SMALLM_DOWN_LO8=0)")
     env.setenv("SMALLM_DOWN_LO8", "1")
     assert plan(1).endswith("down on tensor cores, h's lo half as e5m2 (SMALLM_DOWN_LO8=1)")
+
+
+@pytest.mark.parametrize("fmt, I, chunks", [
+    ("mxfp4", 128, 2), ("mxfp4", 256, 2), ("mxfp4", 384, 4), ("mxfp4", 512, 4),   # 128 values of I per chunk
+    ("fp8_block128", 128, 2), ("fp8_block128", 256, 4),                           # 64 per chunk
+])
+def test_down_ring_chunks(env, fmt, I, chunks):
+    """kernels.down_mma_ring_chunks mirrors the launcher's choice of the down kernel's kCh (three jobs' W2 in
+    flight per warp where a job holds two chunks); SMALLM_DOWN_RING=2 forces two jobs and the plan says so."""
+    assert kernels.down_mma_ring_chunks(fmt, I) == chunks
+    env.setenv("SMALLM_DOWN_RING", "2")
+    forced = "two jobs' W2 in flight per warp (SMALLM_DOWN_RING=2)" in kernels.kernel_plan("sm_90", fmt, 1, 8, 4096, I, sms=132)
+    assert forced == (chunks == 2)
+
+
+def test_down_ring_rule_matches_the_header():
+    text = (HIP / "smallm_moe_twopass.h").read_text()
+    body = text[text.index("inline int down_mma_ring_chunks(int I) {"):]
+    body = body[:body.index("}")]
+    assert "<= 2 ? 2 : kDownMmaChunks" in body and "static_assert(kCh == 2 || kCh == kDownMmaChunks" in text
+    launcher = (HIP / "smallm_moe.hip").read_text()
+    assert "down_mma_ring_chunks<Fmt>(a.I) == 2" in launcher and 'getenv("SMALLM_DOWN_RING")' in launcher
 
 
 def test_switches_and_other_targets(env):
