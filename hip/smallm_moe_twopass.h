@@ -757,8 +757,9 @@ __host__ __device__ inline bool down_mma_takes(int I) {
   return I % 128 == 0 && I / mma_step_values<Fmt>() <= kDownMmaChunks;
 }
 // Chunks of I a job's loads hold (the kernel's kCh): 2 where I takes at most two (each warp then keeps
-// three jobs' W2 in flight: MXFP4 Qwen3.5 TP4 8 tokens 101.2 -> 98.1 us, 16: 170.6 -> 164.5; FP8 TP8
-// 8 tokens 56.6 -> 55.6; examples/results "h200-ab6" run 1), else kDownMmaChunks (two jobs).
+// three jobs' W2 in flight, its registers no more than two jobs of four chunks: Qwen3.5 MXFP4 TP4 16
+// tokens 153.3 -> 147.2 us, 20: 201.0 -> 187.3; FP8 TP8 16: 84.0 -> 81.9; examples/results "h200-ab6"
+// runs 3-4), else kDownMmaChunks (two jobs).
 template <int Fmt>
 __host__ __device__ inline int down_mma_ring_chunks(int I) {
   return (I + mma_step_values<Fmt>() - 1) / mma_step_values<Fmt>() <= 2 ? 2 : kDownMmaChunks;

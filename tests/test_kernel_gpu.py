@@ -71,6 +71,8 @@ def test_sort_matches_reference_exactly(case, seed):
     {"SMALLM_DOWN_TEAMS": "1", "formats": "fp8_block128,mxfp4", "tokens": "10,16"},
     # h's lo half as e5m2 (Qwen3.5 TP4 from 17 tokens), in one-team blocks too
     {"SMALLM_DOWN_TEAMS": "1", "formats": "fp8_block128,mxfp4", "tokens": "17,20", "shapes": "qwen35-tp4"},
+    # the two-job ring where the launcher keeps three (I in at most two MMA chunks: MXFP4 TP4, FP8 TP8)
+    {"SMALLM_DOWN_RING": "2", "formats": "fp8_block128,mxfp4", "tokens": "1,8,16", "shapes": "qwen35-tp4,qwen35-tp8"},
 ], ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
 def test_kernel_variants_match_reference(switches):
     """Every kernel variant and A/B switch (read once per process, so in a child process): the same
