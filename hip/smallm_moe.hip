@@ -219,6 +219,8 @@ template <int Fmt, int Layout, int kTeams, bool kLo8, int kCh>
 int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
   auto kernel = smallm_down_mma_kernel<Fmt, Layout, kTeams, kLo8, kCh>;
+  // The kernel reads kCh chunks of I: given an I of more it would skip the rest (a dispatch bug).
+  if (a0.I > kCh * mma_step_values<Fmt>()) return 6;
   static Capacity table[kMaxDevices], table_smem[kMaxDevices];
   static int raised[kMaxDevices] = {0};
   int capacity = 0;

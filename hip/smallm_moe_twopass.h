@@ -810,7 +810,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   constexpr int kCv = mma_step_values<Fmt>();  // values of I per chunk
   constexpr int rb = kDownMmaRows;
   static_assert(kCh == 2 || kCh == kDownMmaChunks, "chunks a job's loads hold: 2 or kDownMmaChunks");
-  constexpr int kDepth = kCh == 2 ? 3 : 2;  // jobs' W2 in flight per warp (down_mma_ring_depth)
+  constexpr int kDepth = kCh == 2 ? 3 : 2;  // jobs' W2 in flight per warp (down_mma_ring_chunks)
   using Loads = DownMmaLoads<kCh>;
   extern __shared__ __attribute__((aligned(16))) float dsm[];  // ys [nloc][T*K][16], 2^e_p [T*K], topk_w [T*K], h hi, h lo
   __shared__ Routing R;
