@@ -67,17 +67,29 @@ constexpr int kTwoPassVariant = 5;  // smallm_moe_twopass.h
 // memory per block, kept per device in the caller's `table` (one table per kernel; recomputed when
 // smem changes). Tickets make every launch correct at any residency; capacity only sizes the grid
 // so that no block waits for a free slot. 0 on success.
+// The current device and its SM count (read once per device). 0 on success.
+int current_device_sms(int& dev, int& sms) {
+  static int sms_of[kMaxDevices] = {0};
+  if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 1;
+  if (sms_of[dev] == 0) {
+    int n = 0;
+    if (GPU(DeviceGetAttribute)(&n, GPU_DEV_ATTR_SMS, dev) != 0) return 3;
+    sms_of[dev] = n;
+  }
+  sms = sms_of[dev];
+  return 0;
+}
+
 struct Capacity {
   int smem = -1, blocks = 0;
 };
 int resident_capacity(void (*kernel)(smallm::MoeArgs), Capacity (&table)[kMaxDevices], int& capacity, int smem = 0,
                       int threads = smallm::kThreads) {
-  int dev = 0;
-  if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 1;
+  int dev = 0, sms = 0;
+  if (const int err = current_device_sms(dev, sms)) return err;
   if (table[dev].smem != smem) {
-    int per_sm = 0, sms = 0;
+    int per_sm = 0;
     if (GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&per_sm, kernel, threads, smem) != 0) return 2;
-    if (GPU(DeviceGetAttribute)(&sms, GPU_DEV_ATTR_SMS, dev) != 0) return 3;
     table[dev] = {smem, (per_sm > 0 ? per_sm : 1) * sms};
   }
   capacity = table[dev].blocks;
@@ -198,12 +210,8 @@ template <int Fmt>
 int down_mma_lo_bytes(const smallm::MoeArgs& a) {
   using namespace smallm;
   static const char* forced = getenv("SMALLM_DOWN_LO8");
-  static int sms_of[kMaxDevices] = {0};  // SM count per device, read once
-  int dev = 0;
-  if (!down_mma_takes<Fmt>(a.I)) return 0;
-  if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 0;
-  if (sms_of[dev] == 0 && GPU(DeviceGetAttribute)(&sms_of[dev], GPU_DEV_ATTR_SMS, dev) != 0) return 0;
-  const int sms = sms_of[dev];
+  int dev = 0, sms = 0;
+  if (!down_mma_takes<Fmt>(a.I) || current_device_sms(dev, sms) != 0) return 0;
   const int f16 = down_mma_smem_at(a.T * a.K, a.I, a.D, sms, 2), e5m2 = down_mma_smem_at(a.T * a.K, a.I, a.D, sms, 1);
   const bool f16_fits = f16 <= kDownMmaSmemBytes, e5m2_fits = e5m2 <= kDownMmaSmemBytes;
   if (forced && forced[0] == '0') return f16_fits ? 2 : 0;
@@ -220,7 +228,7 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
   auto kernel = smallm_down_mma_kernel<Fmt, Layout, kTeams, kLo8, kCh>;
   // The kernel reads kCh chunks of I: given an I of more it would skip the rest (a dispatch bug).
-  if (a0.I > kCh * mma_step_values<Fmt>()) return 6;
+  if (down_mma_chunks<Fmt>(a0.I) > kCh) return 6;
   static Capacity table[kMaxDevices], table_smem[kMaxDevices];
   static int raised[kMaxDevices] = {0};
   int capacity = 0;

@@ -751,10 +751,15 @@ constexpr int kDownMmaSmemBytes = 207 * 1024;
 constexpr int kMaxYsMmaBytes = 32 * 1024;   // y of a block's row-blocks: the launcher adds blocks until it fits
 
 __host__ __device__ inline int down_mma_hstride(int I) { return I + 8; }  // f16 per pair row (padded: no bank conflicts)
+// Chunks of I (MMA steps of mma_step_values) a tensor-core down job covers.
+template <int Fmt>
+__host__ __device__ inline int down_mma_chunks(int I) {
+  return (I + mma_step_values<Fmt>() - 1) / mma_step_values<Fmt>();
+}
 // I within the MMA chunks this kernel unrolls (the shared-memory check is the launcher's)
 template <int Fmt>
 __host__ __device__ inline bool down_mma_takes(int I) {
-  return I % 128 == 0 && I / mma_step_values<Fmt>() <= kDownMmaChunks;
+  return I % 128 == 0 && down_mma_chunks<Fmt>(I) <= kDownMmaChunks;
 }
 // Chunks of I a job's loads hold (the kernel's kCh): 2 where I takes at most two (each warp then keeps
 // three jobs' W2 in flight, its registers no more than two jobs of four chunks: Qwen3.5 MXFP4 TP4 16
@@ -762,7 +767,7 @@ __host__ __device__ inline bool down_mma_takes(int I) {
 // runs 3-4), else kDownMmaChunks (two jobs).
 template <int Fmt>
 __host__ __device__ inline int down_mma_ring_chunks(int I) {
-  return (I + mma_step_values<Fmt>() - 1) / mma_step_values<Fmt>() <= 2 ? 2 : kDownMmaChunks;
+  return down_mma_chunks<Fmt>(I) <= 2 ? 2 : kDownMmaChunks;
 }
 __host__ __device__ inline int down_mma_exp_floats(int N) { return (N + 3) / 4 * 4; }  // 2^e_p per pair, 16-byte padded
 // lo_bytes: 2 (lo as f16) or 1 (kLo8: lo as e5m2)

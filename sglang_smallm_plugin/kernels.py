@@ -127,10 +127,15 @@ def down_mma_lo_bytes(fmt: str, N: int, I: int, D: int, sms: int):
                "shared-memory carveout")
 
 
+def _down_mma_chunks(fmt: str, I: int) -> int:
+    """hip/smallm_moe_twopass.h down_mma_chunks: chunks of I (MMA steps) a tensor-core down job covers."""
+    return -(-I // _mma_step_values(fmt))
+
+
 def down_mma_ring_chunks(fmt: str, I: int) -> int:
     """hip/smallm_moe_twopass.h down_mma_ring_chunks: chunks of I a tensor-core down job's loads hold, 2
     (three jobs' W2 in flight per warp) where I takes at most two, else DOWN_MMA_CHUNKS (two jobs)."""
-    return 2 if -(-I // _mma_step_values(fmt)) <= 2 else DOWN_MMA_CHUNKS
+    return 2 if _down_mma_chunks(fmt, I) <= 2 else DOWN_MMA_CHUNKS
 
 
 def _device_sms() -> int:
@@ -172,7 +177,7 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
     lo_bytes, lo_why = down_mma_lo_bytes(fmt, T * K, I, D, sms or _device_sms())
     if not envs.MMA_DOWN.enabled():
         down = "down on CUDA cores (SMALLM_MMA_DOWN=0)"
-    elif I % 128 or I // step > DOWN_MMA_CHUNKS:
+    elif I % 128 or _down_mma_chunks(fmt, I) > DOWN_MMA_CHUNKS:
         down = f"down on CUDA cores (I={I} over {step * DOWN_MMA_CHUNKS})"
     elif lo_bytes == 0:
         down = f"down on CUDA cores ({lo_why})"
