@@ -13,7 +13,9 @@
 # and this tree with each of NEW_ENVS), PEER=1 (.peer/run.sh at TOKENS), LOADPATTERN=1
 # (examples/loadpattern: the gate/up's weight loads alone, by access pattern), VARIANTS (names of
 # more trees, each .ab/NAME/hip made like the baseline: each one more timeline column, e.g. the
-# baseline plus one change of this tree, to see each change alone).
+# baseline plus one change of this tree, to see each change alone), BENCH_VARIANTS (names of such
+# trees whose package is built and benched beside this tree's under BENCH=1), BENCH_ROUNDS=2 (every
+# bench twice, in the same order).
 source examples/h200_common.sh
 BASE=${AB_BASE:-$R/.ab/base}
 CASES=${CASES:-0 1 256;0 4 256;0 8 256;1 1 256;1 8 256;0 1 128;0 8 128;0 10 128}
@@ -26,6 +28,11 @@ read -ra variants <<< "${VARIANTS:-}"
 for v in "${variants[@]}"; do
   [ -d "$R/.ab/$v/hip" ] || { echo "no variant tree at $R/.ab/$v"; exit 2; }
   ( $TLB -I"$R/.ab/$v/hip" examples/timeline/timeline.cu -o /tmp/timeline_$v > "$OUT/timeline_${v}_build.log" 2>&1 ) &
+done
+for v in ${BENCH_VARIANTS:-}; do  # a package per variant tree (its hip/ in this tree), benched like the baseline
+  ( rm -rf /tmp/src_$v && mkdir -p /tmp/src_$v && cp -r "$R"/pyproject.toml "$R"/setup.py "$R"/sglang_smallm_plugin "$R"/README.md /tmp/src_$v/ \
+    && cp -r "$R/.ab/$v/hip" /tmp/src_$v/hip && cd /tmp/src_$v && MAX_JOBS=4 SGLANG_SMALLM_BUILD=1 python3 -m pip install -q \
+    --no-build-isolation --no-deps --no-index --target /tmp/pkg_$v . > "$OUT/${v}_build.log" 2>&1 ) &
 done
 if [ "${BENCH_AB:-0}" = 1 ]; then  # the baseline package: this tree with the baseline's hip/
   ( rm -rf /tmp/basesrc && mkdir -p /tmp/basesrc && cp -r "$R"/pyproject.toml "$R"/setup.py "$R"/sglang_smallm_plugin "$R"/README.md /tmp/basesrc/ \
@@ -74,6 +81,14 @@ if [ "${BENCH:-0}" = 1 ]; then
   if [ "${BENCH_AB:-0}" = 1 ]; then  # the baseline package through PYTHONPATH, ahead of the installed one
     if [ -d /tmp/basepkg/sglang_smallm_plugin ]; then bench_formats _base "$T" "$T" PYTHONPATH=/tmp/basepkg; else tail -5 "$OUT/base_build.log"; fi
     for ev in "${envs[@]}"; do bench_formats "_new_$ev" "$T" "$T" "$ev"; done
+  fi
+  for v in ${BENCH_VARIANTS:-}; do
+    if [ -d /tmp/pkg_$v/sglang_smallm_plugin ]; then bench_formats "_$v" "$T" "$T" PYTHONPATH=/tmp/pkg_$v; else tail -5 "$OUT/${v}_build.log"; fi
+  done
+  if [ "${BENCH_ROUNDS:-1}" = 2 ]; then  # the same again, in the same order (the spread between rounds)
+    bench_formats _new_r2 "$T" "$T"
+    [ -d /tmp/basepkg/sglang_smallm_plugin ] && bench_formats _base_r2 "$T" "$T" PYTHONPATH=/tmp/basepkg
+    for v in ${BENCH_VARIANTS:-}; do [ -d /tmp/pkg_$v/sglang_smallm_plugin ] && bench_formats "_${v}_r2" "$T" "$T" PYTHONPATH=/tmp/pkg_$v; done
   fi
 fi
 if [ "${PEER:-0}" = 1 ]; then

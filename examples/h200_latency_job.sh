@@ -6,9 +6,16 @@
 # BENCH (`sglang-smallm bench`, Qwen3.5 TP4/TP8 row-major: FP8 at TOKENS, MXFP4 at MXTOKENS), PEER=1
 # SGLang's Triton FP8 peer (.peer/, carry [".peer"]) at TOKENS. SELFTOKENS: the selftest also at these
 # token counts (SEEDS seeds, every shape); MEMTOKENS: memcheck's token counts (default 1,8).
+# BENCH_AB=1: also a package built from a baseline tree's hip/ (.ab/base, made as in
+# h200_ab_job.sh; carry ".ab"), benched right after this tree's.
 source examples/h200_common.sh
 T=${TOKENS:-1,2,4,8}
 MT=${MXTOKENS:-$T}
+if [ "${BENCH_AB:-0}" = 1 ]; then
+  ( rm -rf /tmp/basesrc && mkdir -p /tmp/basesrc && cp -r "$R"/pyproject.toml "$R"/setup.py "$R"/sglang_smallm_plugin "$R"/README.md /tmp/basesrc/ \
+    && cp -r "$R/.ab/base/hip" /tmp/basesrc/hip && cd /tmp/basesrc && MAX_JOBS=8 SGLANG_SMALLM_BUILD=1 python3 -m pip install -q \
+    --no-build-isolation --no-deps --no-index --target /tmp/basepkg . > "$OUT/base_build.log" 2>&1 ) &
+fi
 build
 [ "${TIMELINE:-1}" = 1 ] && ( nvcc -std=c++17 -arch=sm_90a -O3 -DSMALLM_TIMELINE -Ihip examples/timeline/timeline.cu -o /tmp/timeline > "$OUT/timeline_build.log" 2>&1 ) &
 cd /tmp
@@ -45,7 +52,11 @@ if [ "${TIMELINE:-1}" = 1 ]; then
 fi
 if [ "${BENCH:-1}" = 1 ]; then
   stamp bench
+  wait  # the baseline package (BENCH_AB), the timeline build
   bench_formats "" "$T" "$MT"
+  if [ "${BENCH_AB:-0}" = 1 ]; then
+    if [ -d /tmp/basepkg/sglang_smallm_plugin ]; then bench_formats _base "$T" "$MT" PYTHONPATH=/tmp/basepkg; else tail -5 "$OUT/base_build.log"; fi
+  fi
 fi
 if [ "${PEER:-0}" = 1 ]; then
   stamp peer

@@ -31,6 +31,8 @@ struct MoeArgs {
   int T, K, E, D, I;
   int nblocks;
   int x_prefetch;           // 1: copy the next phase-1 item's x slices during this one (default)
+  unsigned pair_magic;      // PairToken: ceil(2^20 / K), set by smallm_moe_launch (a kernel parameter
+                            // the kernels read from constant memory, not a register they hold)
   float out_scale;
 };
 

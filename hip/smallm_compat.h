@@ -235,6 +235,15 @@ SMALLM_DEV Vec16 load_weights(const uint8_t* p) {
 #endif
 }
 
+// Streaming 4-byte weight load (read once per call).
+SMALLM_DEV uint32_t load_weight_word(const uint8_t* p) {
+#if defined(SMALLM_HIP)
+  return __builtin_nontemporal_load(reinterpret_cast<const uint32_t*>(p));
+#else
+  return __ldcs(reinterpret_cast<const unsigned*>(p));
+#endif
+}
+
 // Read-only, reused data (activations).
 SMALLM_DEV Vec16 load_cached(const void* p) {
 #if defined(SMALLM_HIP)
@@ -338,6 +347,12 @@ SMALLM_DEV float e8m0_to_f32(uint32_t b) {
   if (b == 0) return __builtin_bit_cast(float, 0x00400000u);  // 2^-127
   if (b == 255) return __builtin_bit_cast(float, 0x7fc00000u);
   return __builtin_bit_cast(float, b << 23);
+}
+
+// 2^(b - 127) for byte i of four e8m0 bytes, with byte 0 -> 0 (not 2^-127) and 255 -> inf (not NaN):
+// two instructions.
+SMALLM_DEV float e8m0_byte_to_f32_flush(uint32_t bytes, int i) {
+  return __builtin_bit_cast(float, ((bytes >> (8 * i)) << 23) & 0x7f800000u);
 }
 
 // 2^(b - 128) for an e8m0 byte b (half the scale it encodes); 255 -> NaN.

@@ -92,6 +92,19 @@ struct Format<kMxfp4> {
                          ((R >> 4) & 1);
     return b[idx];
   }
+  // The e8m0 bytes of vectors kvi..kvi+3 (kvi % 4 == 0), byte i for vector kvi + i: row-major one
+  // 4-byte load (the scales are 4-byte aligned: smallm_ops checks), shuffled four byte loads.
+  template <int Layout>
+  SMALLM_DEV static uint32_t scale_word(const void* s, int e, int rows, int kdim, int row, int kvi) {
+    if (Layout == kRowMajor) {
+      const unsigned R = (unsigned)e * rows + row;
+      return *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(s) + R * (unsigned)(kdim / 32) + kvi);
+    }
+    uint32_t w = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w |= scale_byte<Layout>(s, e, rows, kdim, row, kvi + i) << (8 * i);
+    return w;
+  }
   template <int Layout>
   SMALLM_DEV static float scale(const void* s, int e, int rows, int kdim, int row, int kvi) {
     return e8m0_to_f32(scale_byte<Layout>(s, e, rows, kdim, row, kvi));
@@ -143,6 +156,24 @@ struct alignas(128) Routing {
   int plist[kMaxPairs];     // pairs grouped by distinct expert
   int nd;
 };
+
+// The token of pair p (p / K), as a multiply and a shift by ceil(2^20 / K): exact for every pair index
+// below kMaxPairs and 1 <= K <= kMaxSlots (checked below, at compile time). A division by the runtime
+// K is ~25 instructions (sm_90a SASS), which the tensor-core gate/up paid on every pass. The kernels
+// take the factor from MoeArgs::pair_magic (the launcher sets it): derived in the kernel, it held a
+// register for the whole kernel.
+struct PairToken {
+  uint32_t magic;  // ceil(2^20 / K)
+  __host__ __device__ static constexpr uint32_t magic_of(int K) { return ((1u << 20) + (uint32_t)K - 1u) / (uint32_t)K; }
+  __host__ __device__ constexpr int operator()(int p) const { return (int)(((uint32_t)p * magic) >> 20); }
+};
+constexpr bool pair_token_exact() {
+  for (int K = 1; K <= kMaxSlots; ++K)
+    for (int p = 0; p < kMaxPairs; ++p)
+      if (PairToken{PairToken::magic_of(K)}(p) != p / K) return false;
+  return true;
+}
+static_assert(pair_token_exact(), "PairToken must equal p / K for every pair index and slot count");
 
 // The block kernel's routing, with its item tickets and the tokens a phase-2 item completed.
 struct FusedRouting : Routing {
@@ -376,7 +407,7 @@ SMALLM_DEV void stage_x_chunk(const MoeArgs& a, const Geometry& G, const Routing
   for (int i = t; i < mc * slice_vecs; i += kThreads) {
     const int m = i / slice_vecs, v = i - m * slice_vecs;
     if (v < nvalid) {
-      const int tok = R.plist[beg + m0 + m] / a.K;
+      const int tok = PairToken{a.pair_magic}(R.plist[beg + m0 + m]);
       copy16_async(xs + i, a.x + (size_t)tok * a.D + (size_t)k0 * F::kElems + v * 8);
     }
   }
@@ -547,7 +578,7 @@ SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, FusedRouting& R
     store_relaxed(&a.sync[kSyncUsed1 + lead], 0u);
   }
   for (int i = t; i < M; i += kThreads) {
-    const int p = R.plist[beg + i], tok = p / a.K;
+    const int p = R.plist[beg + i], tok = PairToken{a.pair_magic}(p);
     int valid = 0;
     for (int s = 0; s < a.K; ++s) valid += R.id[tok * a.K + s] >= 0;
     const unsigned old = atomic_add_release(&a.sync[kSyncTok + tok * G.ndr + rng], 1u);

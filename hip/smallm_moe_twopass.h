@@ -127,6 +127,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_kernel(MoeArgs a) {
   build_routing(a, R);
   const int tiles = a.I / kHalf, njobs = R.nd * tiles, G = a.nblocks;
   const int rowb = a.D / F::kRowBytesDiv, nv = rowb / 16;
+  const PairToken ptok{a.pair_magic};
   auto issue = [&](int job, Loads& L) {
     const int u = job / tiles, tile = job - u * tiles;
     const int row = (rr < kHalf ? 0 : a.I) + kHalf * tile + rr % kHalf;
@@ -153,7 +154,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_kernel(MoeArgs a) {
       const uint16_t* xr[kMC];
 #pragma unroll
       for (int m = 0; m < kMC; ++m)
-        xr[m] = a.x + (size_t)(R.plist[beg + m0 + imin(m, mc - 1)] / a.K) * a.D + (size_t)(t / kRows) * F::kElems;
+        xr[m] = a.x + (size_t)ptok(R.plist[beg + m0 + imin(m, mc - 1)]) * a.D + (size_t)(t / kRows) * F::kElems;
       float acc[kMC];
 #pragma unroll
       for (int m = 0; m < kMC; ++m) acc[m] = 0.0f;
@@ -232,12 +233,17 @@ SMALLM_DEV float exp2_int(int e) { return __builtin_bit_cast(float, (127 + e) <<
 // does not depend on the order of k as long as x takes the same order. Warp w takes steps w, w+8,
 // ...; kJ steps at most per warp.
 //
-// MXFP4 scales on tensor cores (both kernels): a lane's vector has its own e8m0 scale s; the quad's
-// four vectors of one row and step have the largest R. The lane multiplies its decoded values (v 2^-14,
-// exact) by 2^(s - R + 15) in f16, exact while R - s <= 24 (smaller blocks round to f16 subnormals or
-// zero: reference.quant.mxfp4_tensor_core_weights models it); the step's MMA sums take 2^(R - 128)
-// in fp32. (Decoding through e4m3 bytes and the FP8 conversion, 7 bit operations and 4 conversions
-// for 8 values instead of 16 bit operations, was 0-4 % slower: examples/results "h200-ab6" run 3.)
+// MXFP4 scales on tensor cores, the gate/up and the down where I takes four chunks: a lane's vector
+// has its own e8m0 scale s; the quad's four vectors of one row and step have the largest R. The lane
+// multiplies its decoded values (v 2^-14, exact) by 2^(s - R + 15) in f16, exact while R - s <= 24
+// (smaller blocks round to f16 subnormals or zero: reference.quant.mxfp4_tensor_core_weights models
+// it); the step's MMA sums take 2^(R - 128) in fp32. The down where I takes two chunks (kBlockMma)
+// instead gives every MMA one block (each lane word q of it) and takes the block's scale on the MMA's
+// fp32 sums: exact, no f16 multiplies (3-7 % faster, examples/results "h200-ab7" runs 2-3). The same
+// for the gate/up, its lanes loading 4-byte words of four vectors instead of one 16-byte vector, was
+// slower (run 1: per-block loads spread over 8 rows). (Decoding through e4m3 bytes and the FP8
+// conversion, 7 bit operations and 4 conversions for 8 values instead of 16 bit operations, was 0-4 %
+// slower: examples/results "h200-ab6" run 3.)
 constexpr int kMmaPairs = 4;                 // pairs per MMA pass: B columns 2m, 2m+1 are pair m's two halves
 // x staged as f16 when T * D * 2 fits (T <= 20 at D = 4096; above, the CUDA-core kernels): two
 // one-team blocks per SM while both fit the 196 KB carveout, else one block of two teams
@@ -416,7 +422,7 @@ SMALLM_DEV void stage_x_finish(const MoeArgs& a, uint16_t* xs, int* xmax) {
 // steps in pairs under one guard (below).
 template <int Fmt, int kJ, bool kFull, int kTeams>
 SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, const uint16_t* xs, int& buf, int job,
-                               int tiles, int nsteps, GateUpMmaLoads<kJ>& L) {
+                               int tiles, int nsteps, PairToken ptok, GateUpMmaLoads<kJ>& L) {
   using F = Format<Fmt>;
   constexpr bool kFp4 = Fmt == kMxfp4;
   constexpr int kSv = mma_step_values<Fmt>();
@@ -427,10 +433,14 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, con
   const int u = job / tiles, tile = job - u * tiles;
   const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
   const int pm = g >> 1, hf = g & 1;  // this lane's B column 2 pm + hf: pair pm of the pass, half hf
+  // The token of pair p. FP8 divides: with PairToken its kernel was 3-5 % slower at TP4 2-8 tokens
+  // (jobs in the steady state 16 % longer, fewer instructions), though 1-4 % faster at 16-20 tokens
+  // and at TP8 1-2 (examples/results "h200-ab7" run 3); MXFP4 gained 1-2 % (run 2).
+  auto token = [&](int p) { return kFp4 ? ptok(p) : p / a.K; };
   for (int m0 = 0; m0 < M; m0 += kMmaPairs) {
     const int mc = imin(kMmaPairs, M - m0);
     const bool live = pm < mc;
-    const uint16_t* xr = xs + (size_t)(R.plist[beg + m0 + (live ? pm : 0)] / a.K) * a.D + q * F::kElems +
+    const uint16_t* xr = xs + (size_t)token(R.plist[beg + m0 + (live ? pm : 0)]) * a.D + q * F::kElems +
                          hf * (F::kElems / 2);
     float acc = 0.0f;  // row g, pair q of the pass (C[g, 2q] + C[g + 8, 2q + 1], scaled)
     auto step = [&](auto J) {  // step st = w + 8 j of this warp, known to exist
@@ -497,7 +507,7 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, con
           us += S.red[team][buf][ww][m][4 + i];
         }
         const int p = R.plist[beg + m0 + m];
-        const float sc = __builtin_bit_cast(float, S.xmax[p / a.K]);  // 2^e_t
+        const float sc = __builtin_bit_cast(float, S.xmax[token(p)]);  // 2^e_t
         a.h[(size_t)p * a.I + 4 * tile + i] = silu(gs * sc) * (us * sc);
       }
     }
@@ -532,6 +542,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   SMALLM_TL_MARK(0, kTlRouting);
   const int tiles = a.I / 4, njobs = R.nd * tiles, G = a.nblocks * kTeams, vb = block_id() * kTeams + team;
   const int rowb = a.D / F::kRowBytesDiv, nsteps = a.D / mma_step_values<Fmt>();
+  const PairToken ptok{a.pair_magic};
   auto issue = [&](int job, Loads& L) {
     const int u = job / tiles, tile = job - u * tiles;
     const int row = (g < 4 ? 0 : a.I) + 4 * tile + (g & 3);                // A rows g, g + 8
@@ -576,7 +587,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   };
   auto jobs = [&](auto full) {  // full = 1: every warp has all kJ steps (gateup_mma_job's kFull)
     auto compute = [&](int job, Loads& L) {
-      gateup_mma_job<Fmt, kJ, decltype(full)::value != 0, kTeams>(a, S, xs, buf, job, tiles, nsteps, L);
+      gateup_mma_job<Fmt, kJ, decltype(full)::value != 0, kTeams>(a, S, xs, buf, job, tiles, nsteps, ptok, L);
       SMALLM_TL_MARK(0, kTlJob0 + imin((job - vb) / G, 5));
     };
     run_jobs<Loads>(vb, njobs, G, issue, stage_x, compute);
@@ -800,7 +811,9 @@ template <int kCh>
 struct DownMmaLoads {
   Vec16 v[2][kCh];                // rows g, g+8 x chunks
   float s[kCh / 2];               // FP8: block scale per 128-wide k block
-  uint32_t b[2];                  // MXFP4: e8m0 bytes of the lane's vectors, rows g, g+8 (byte c: chunk c)
+  // MXFP4, rows g, g+8: two chunks (kBlockMma), the e8m0 bytes of chunk c's vectors 4c..4c+3 (byte v:
+  // vector 4c+v); four chunks, the bytes of the lane's own vectors (byte c: vector 4c+q)
+  uint32_t b[2][kCh == 2 ? 2 : 1];
 };
 
 // kTeams = 2: 512 threads (16 warps) per block, from 33 pairs on (launch_down_mma_teams): both teams
@@ -816,6 +829,9 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   constexpr int rb = kDownMmaRows;
   static_assert(kCh == 2 || kCh == kDownMmaChunks, "chunks a job's loads hold: 2 or kDownMmaChunks");
   constexpr int kDepth = kCh == 2 ? 3 : 2;  // jobs' W2 in flight per warp (down_mma_ring_chunks)
+  // MXFP4 with two chunks: every MMA takes one e8m0 block, its sums scaled in fp32 (four chunks'
+  // scales, 32 bytes per row and job, would not fit the registers beside the ring)
+  constexpr bool kBlockMma = kFp4 && kCh == 2;
   using Loads = DownMmaLoads<kCh>;
   extern __shared__ __attribute__((aligned(16))) float dsm[];  // ys [nloc][T*K][16], 2^e_p [T*K], topk_w [T*K], h hi, h lo
   __shared__ Routing R;
@@ -842,27 +858,42 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
     const int i = jj / nd, u = jj - i * nd;
     const int row0 = (b + G * i) * rb, e = R.id[R.ulead[u]];
     const uint8_t* wb = a.w2 + (size_t)e * a.D * rowb2;
-#pragma unroll
-    for (int c = 0; c < kCh; ++c) {
-      if (c < nch) {
-        L.v[0][c] = load_weights(wb + vec_offset<Layout>(row0 + g, 4 * c + q, rowb2));
-        L.v[1][c] = load_weights(wb + vec_offset<Layout>(row0 + g + 8, 4 * c + q, rowb2));
-      }
-    }
-    if constexpr (kFp4) {
-      static_assert(kCh <= 4, "one byte per chunk in a 32-bit word");
-      L.b[0] = L.b[1] = 0;
+    if constexpr (kBlockMma) {
+      // word q of each of chunk c's vectors 4c..4c+3 (one e8m0 block each), and their four scales
 #pragma unroll
       for (int c = 0; c < kCh; ++c) {
         if (c < nch) {
-          L.b[0] |= F::template scale_byte<Layout>(a.s2, e, a.D, a.I, row0 + g, 4 * c + q) << (8 * c);
-          L.b[1] |= F::template scale_byte<Layout>(a.s2, e, a.D, a.I, row0 + g + 8, 4 * c + q) << (8 * c);
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const uint8_t* wp = wb + vec_offset<Layout>(row0 + g + 8 * r, 4 * c, rowb2) + 4 * q;
+#pragma unroll
+            for (int v = 0; v < 4; ++v) L.v[r][c].w[v] = load_weight_word(wp + (Layout == kRowMajor ? 16 : 256) * v);
+            L.b[r][c] = F::template scale_word<Layout>(a.s2, e, a.D, a.I, row0 + g + 8 * r, 4 * c);
+          }
         }
       }
     } else {
 #pragma unroll
-      for (int kb = 0; kb < kCh / 2; ++kb)
-        if (2 * kb < nch) L.s[kb] = F::template scale<Layout>(a.s2, e, a.D, a.I, row0, 8 * kb);
+      for (int c = 0; c < kCh; ++c) {
+        if (c < nch) {
+          L.v[0][c] = load_weights(wb + vec_offset<Layout>(row0 + g, 4 * c + q, rowb2));
+          L.v[1][c] = load_weights(wb + vec_offset<Layout>(row0 + g + 8, 4 * c + q, rowb2));
+        }
+      }
+      if constexpr (kFp4) {
+        L.b[0][0] = L.b[1][0] = 0;
+#pragma unroll
+        for (int c = 0; c < kCh; ++c) {
+          if (c < nch) {
+            L.b[0][0] |= F::template scale_byte<Layout>(a.s2, e, a.D, a.I, row0 + g, 4 * c + q) << (8 * c);
+            L.b[1][0] |= F::template scale_byte<Layout>(a.s2, e, a.D, a.I, row0 + g + 8, 4 * c + q) << (8 * c);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int kb = 0; kb < kCh / 2; ++kb)
+          if (2 * kb < nch) L.s[kb] = F::template scale<Layout>(a.s2, e, a.D, a.I, row0, 8 * kb);
+      }
     }
   };
   Loads ring[kDepth];
@@ -966,7 +997,8 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
       const bool live = (g >> 1) < mc;
       // B column g: pair g / 2, its hi half (even g) or lo half (odd g). f16 lo: at indexes hhi, the lo
       // rows following the hi rows (hlo = hhi + N hst); kLo8: the same element index in both.
-      const int at = ((kLo8 ? 0 : g & 1) * N + R.plist[beg + m0 + (live ? g >> 1 : 0)]) * hst + F::kElems * q;
+      // FP8: values 16q.. of each chunk's 64; MXFP4: values 8q..8q+7 of each block of 32
+      const int at = ((kLo8 ? 0 : g & 1) * N + R.plist[beg + m0 + (live ? g >> 1 : 0)]) * hst + (kBlockMma ? 8 : F::kElems) * q;
       const bool lo = g & 1;
       auto b_vec = [&](int e) {  // B: 8 staged values of h from element at + e
         if constexpr (kLo8) return stage_b(hhi, hlo8, at + e, lo);
@@ -979,25 +1011,46 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
           if (ch < nch) {
             opaque(L.v[0][ch]);
             opaque(L.v[1][ch]);
-            const int s0 = (L.b[0] >> (8 * ch)) & 0xff, s1 = (L.b[1] >> (8 * ch)) & 0xff;
-            const int r0 = quad_max(s0), r1 = quad_max(s1);  // R of rows g, g+8
-            const uint32_t f0 = f16x2_pow2(s0 - r0 + 15), f1 = f16x2_pow2(s1 - r1 + 15);
-            float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // two chains
+            if constexpr (!kBlockMma) {
+              const int s0 = (L.b[0][0] >> (8 * ch)) & 0xff, s1 = (L.b[1][0] >> (8 * ch)) & 0xff;
+              const int r0 = quad_max(s0), r1 = quad_max(s1);  // R of rows g, g+8
+              const uint32_t f0 = f16x2_pow2(s0 - r0 + 15), f1 = f16x2_pow2(s1 - r1 + 15);
+              float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // two chains
 #pragma unroll
-            for (int wi = 0; wi < 4; ++wi) {
-              Vec16 bv{};
-              if (live) bv = b_vec(kCv * ch + 8 * wi);
-              uint32_t pa[4], pb[4];
-              e2m1x8_to_f16x2(L.v[0][ch].w[wi], pa);
-              e2m1x8_to_f16x2(L.v[1][ch].w[wi], pb);
-              mma_f16_16x8x16(cs, hmul2(pa[0], f0), hmul2(pb[0], f1), hmul2(pa[1], f0), hmul2(pb[1], f1), bv.w[0], bv.w[1]);
-              mma_f16_16x8x16(cs2, hmul2(pa[2], f0), hmul2(pb[2], f1), hmul2(pa[3], f0), hmul2(pb[3], f1), bv.w[2], bv.w[3]);
+              for (int wi = 0; wi < 4; ++wi) {
+                Vec16 bv{};
+                if (live) bv = b_vec(kCv * ch + 8 * wi);
+                uint32_t pa[4], pb[4];
+                e2m1x8_to_f16x2(L.v[0][ch].w[wi], pa);
+                e2m1x8_to_f16x2(L.v[1][ch].w[wi], pb);
+                mma_f16_16x8x16(cs, hmul2(pa[0], f0), hmul2(pb[0], f1), hmul2(pa[1], f0), hmul2(pb[1], f1), bv.w[0], bv.w[1]);
+                mma_f16_16x8x16(cs2, hmul2(pa[2], f0), hmul2(pb[2], f1), hmul2(pa[3], f0), hmul2(pb[3], f1), bv.w[2], bv.w[3]);
+              }
+              const float m0s = e8m0_half_to_f32(r0), m1s = e8m0_half_to_f32(r1);
+              c[0] = ffma(m0s, cs[0] + cs2[0], c[0]);
+              c[1] = ffma(m0s, cs[1] + cs2[1], c[1]);
+              c[2] = ffma(m1s, cs[2] + cs2[2], c[2]);
+              c[3] = ffma(m1s, cs[3] + cs2[3], c[3]);
+            } else {
+              // block v of the chunk (vector 4 ch + v) alone in two MMAs, its sums scaled in fp32
+#pragma unroll
+              for (int v = 0; v < 4; ++v) {
+                Vec16 bv{};
+                if (live) bv = b_vec(kCv * ch + 32 * v);
+                uint32_t pa[4], pb[4];
+                e2m1x8_to_f16x2(L.v[0][ch].w[v], pa);
+                e2m1x8_to_f16x2(L.v[1][ch].w[v], pb);
+                float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                mma_f16_16x8x16(cs, pa[0], pb[0], pa[1], pb[1], bv.w[0], bv.w[1]);
+                mma_f16_16x8x16(cs, pa[2], pb[2], pa[3], pb[3], bv.w[2], bv.w[3]);
+                const float s0 = e8m0_byte_to_f32_flush(L.b[0][ch], v);
+                const float s1 = e8m0_byte_to_f32_flush(L.b[1][ch], v);
+                c[0] = ffma(s0, cs[0], c[0]);
+                c[1] = ffma(s0, cs[1], c[1]);
+                c[2] = ffma(s1, cs[2], c[2]);
+                c[3] = ffma(s1, cs[3], c[3]);
+              }
             }
-            const float m0s = e8m0_half_to_f32(r0), m1s = e8m0_half_to_f32(r1);
-            c[0] = ffma(m0s, cs[0] + cs2[0], c[0]);
-            c[1] = ffma(m0s, cs[1] + cs2[1], c[1]);
-            c[2] = ffma(m1s, cs[2] + cs2[2], c[2]);
-            c[3] = ffma(m1s, cs[3] + cs2[3], c[3]);
           }
         }
       } else {
@@ -1033,7 +1086,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
       // c[0] + c[1]: row g, pair m0 + q (hi + lo); c[2] + c[3]: row g + 8, the same pair.
       if (q < mc) {
         const int pq = R.plist[beg + m0 + q];
-        const float sc = hexp[pq];
+        const float sc = hexp[pq] * (kBlockMma ? 16384.0f : 1.0f);  // kBlockMma: the decoded weights' 2^14
         ys[(i * N + pq) * rb + g] = (c[0] + c[1]) * sc;
         ys[(i * N + pq) * rb + g + 8] = (c[2] + c[3]) * sc;
       }

@@ -53,6 +53,9 @@ void moe_fused(const at::Tensor& x, const at::Tensor& w13, const at::Tensor& w2,
     const int64_t c13 = layout == smallm::kShuffle16x16 ? (D / 32 + 7) / 8 * 8 : D / 32;
     const int64_t c2 = layout == smallm::kShuffle16x16 ? (I / 32 + 7) / 8 * 8 : I / 32;
     check(s13.numel() >= E * 2 * I * c13 && s2.numel() >= E * D * c2, "mxfp4 scale sizes");
+    if (layout == smallm::kRowMajor)  // the tensor-core down reads four e8m0 bytes at once
+      check(reinterpret_cast<uintptr_t>(s13.data_ptr()) % 4 == 0 && reinterpret_cast<uintptr_t>(s2.data_ptr()) % 4 == 0,
+            "row-major mxfp4 scales must be 4-byte aligned");
   } else {
     check(false, "unknown weight format");
   }

@@ -1,7 +1,7 @@
 """Inputs at the edges of what the MoE kernels accept, checked against the reference on the GPU
 (`sglang-smallm selftest --what edge`): activation ranges that f16 alone could not hold (the
 gate/up on tensor cores scales x per token), weight scales far apart inside a row (the MXFP4
-tensor-core path holds weights in f16 relative to the largest scale of each 128 values), routings
+tensor-core gate/up holds weights in f16 relative to the largest scale of each 128 values), routings
 with invalid ids, a token with no valid slot (its output row must be exactly zero), one expert
 taking many pairs of a call (pair chunking), and a routed scaling factor. Each case is a rule as data: a name, why it matters, and how it changes a
 normal call.

@@ -99,11 +99,20 @@ def _weights_ok(c: MoeCall) -> bool:
             and c.w13.shape[2] == D // div and tuple(c.w2.shape) == (E, D, I // div) and _contig(c.w13, c.w2))
 
 
+def _alignments(c: MoeCall) -> list:
+    """(name, tensor, bytes): what the kernel reads in wider pieces than its elements. x and the weights
+    in 16-byte vectors; row-major MXFP4 scales four e8m0 bytes at a time (the tensor-core down)."""
+    need = [("x", c.x, 16), ("w13", c.w13, 16), ("w2", c.w2, 16)]
+    if c.weight_format == MXFP4 and c.layout == ROW_MAJOR:
+        need += [("w13_scale", c.w13_scale, 4), ("w2_scale", c.w2_scale, 4)]
+    return need
+
+
 def _misaligned(c: MoeCall) -> list:
-    """Names of the tensors the kernel reads in 16-byte vectors whose data is not 16-byte aligned
-    (meta tensors, as `doctor` builds them, have no address and count as aligned)."""
-    return [n for n, t in (("x", c.x), ("w13", c.w13), ("w2", c.w2))
-            if t.device.type != "meta" and t.data_ptr() % 16]
+    """'name (N bytes)' for each tensor of _alignments whose data is not aligned that far (meta
+    tensors, as `doctor` builds them, have no address and count as aligned)."""
+    return [f"{n} ({b} bytes)" for n, t, b in _alignments(c)
+            if t is not None and t.device.type != "meta" and t.data_ptr() % b]
 
 
 def _fp8_dtype_ok(c: MoeCall) -> bool:
@@ -136,7 +145,8 @@ RULES: Sequence[Rule] = (
     Rule("weights", lambda c, a: _weights_ok(c),
          lambda c, a: f"weights {tuple(c.w13.shape)} {c.w13.dtype} / {tuple(c.w2.shape)} are not contiguous packed [E, 2I, D] / [E, D, I]"),
     Rule("alignment", lambda c, a: not _misaligned(c),
-         lambda c, a: f"{', '.join(_misaligned(c))} not 16-byte aligned (the kernel reads 16-byte vectors)"),
+         lambda c, a: f"{', '.join(_misaligned(c))} not aligned (the kernel reads x and the weights in 16-byte "
+                      "vectors, row-major MXFP4 scales 4 bytes at a time)"),
     Rule("scales", lambda c, a: _fp8_scales_ok(c) if c.weight_format == FP8_BLOCK128 else _mxfp4_scales_ok(c),
          lambda c, a: (f"scales {None if c.w13_scale is None else tuple(c.w13_scale.shape)} / "
                        f"{None if c.w2_scale is None else tuple(c.w2_scale.shape)} are not contiguous "

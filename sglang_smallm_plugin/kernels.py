@@ -191,8 +191,12 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
             down = "down on tensor cores"
         if lo_bytes == 1:
             down += f", h's lo half as e5m2 ({lo_why})"
-        if down_mma_ring_chunks(fmt, I) == 2 and envs.DOWN_RING.get().strip()[:1] == "2":
+        ring2 = down_mma_ring_chunks(fmt, I) == 2 and envs.DOWN_RING.get().strip()[:1] == "2"
+        if ring2:
             down += ", two jobs' W2 in flight per warp (SMALLM_DOWN_RING=2)"
+        if fmt == MXFP4:  # the kernel's chunks per job (kCh): two gives every MMA one e8m0 block (kBlockMma)
+            down += (", each e8m0 block's scale on its MMA's fp32 sums" if down_mma_ring_chunks(fmt, I) == 2 and not ring2
+                     else ", e8m0 scales in f16 relative to the largest of 128 values")
     return f"two-pass (variant 5): {gateup}, {down}"
 
 

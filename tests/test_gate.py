@@ -182,3 +182,27 @@ def test_kernel_decision_log_names_the_kernels(fake_gpu, real_objects, caplog, m
         assert "runs two-pass (variant 5): gate/up on tensor cores, down on tensor cores" in line, line
     else:
         assert "runs block kernel (variant 0)" in line, line
+
+
+@pytest.mark.parametrize("layout", ["row_major", "shuffle16x16"])
+def test_mxfp4_scales_alignment(layout):
+    """Row-major MXFP4 scales are read four bytes at a time (the tensor-core down): a scale tensor
+    starting one byte into its storage falls back with the reason; shuffled ones are read byte by byte
+    and stay eligible."""
+    import dataclasses
+
+    from sglang_smallm_plugin.testdata import make_call, make_weights
+
+    w = make_weights(SHAPE, "mxfp4", layout, 0, "cpu")
+    call = make_call(SHAPE, "mxfp4", layout, 2, 0, "cpu", w)
+    assert gate.evaluate(call, "sm_90")[0]
+    s = call.w2_scale
+    store = torch.zeros(s.numel() + 1, dtype=s.dtype)
+    store[1:] = s.reshape(-1)
+    shifted = store[1:].view(s.shape)
+    assert shifted.is_contiguous() and shifted.data_ptr() % 4 and torch.equal(shifted, s)
+    ok, why = gate.evaluate(dataclasses.replace(call, w2_scale=shifted), "sm_90")
+    if layout == "row_major":
+        assert not ok and why.startswith("alignment:") and "w2_scale (4 bytes)" in why, why
+    else:
+        assert ok, why

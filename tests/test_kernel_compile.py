@@ -174,15 +174,21 @@ def sm90a_ptx(sm90a_build):
     return {e.split()[0]: e for e in entries[1:]}
 
 
-@pytest.mark.parametrize("kernel", ["smallm_gateup_mma_kernelILi1ELi0ELi4E", "smallm_gateup_mma_kernelILi1ELi1ELi8E",
-                                    "smallm_down_mma_kernelILi1ELi0E", "smallm_down_mma_kernelILi1ELi1E"])
-def test_mxfp4_tensor_core_kernels_use_mma(sm90a_ptx, kernel):
-    """The MXFP4 (format 1) tensor-core kernels, both layouts: f16 MMAs fed by the f16x2 scale multiply
-    of the bit-decoded e2m1 values (hip/smallm_compat.h e2m1x8_to_f16x2, hmul2)."""
-    body = next(v for k, v in sm90a_ptx.items() if kernel in k)
-    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in body
-    assert "mul.rn.f16x2" in body
-    assert "cvt.rn.f16x2.e4m3x2" not in body  # no FP8 conversion in the MXFP4 kernels
+@pytest.mark.parametrize("kernel,f16_scales", [
+    ("smallm_gateup_mma_kernelILi1ELi0ELi4E", True), ("smallm_gateup_mma_kernelILi1ELi1ELi8E", True),
+    ("smallm_down_mma_kernelILi1ELi0E", None), ("smallm_down_mma_kernelILi1ELi1E", None)])
+def test_mxfp4_tensor_core_kernels_use_mma(sm90a_ptx, kernel, f16_scales):
+    """The MXFP4 (format 1) tensor-core kernels, both layouts, on f16 MMAs. The gate/up, and the down
+    whose jobs hold four chunks, scale the bit-decoded e2m1 values in f16 (e2m1x8_to_f16x2, hmul2);
+    the down whose jobs hold two chunks (kBlockMma) takes every block's scale on the MMA's fp32 sums
+    and has no f16 multiply."""
+    bodies = {k: v for k, v in sm90a_ptx.items() if kernel in k}
+    assert bodies, kernel
+    for name, body in bodies.items():
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in body, name
+        assert "cvt.rn.f16x2.e4m3x2" not in body, name  # no FP8 conversion in the MXFP4 kernels
+        want = f16_scales if f16_scales is not None else not name.endswith("ELi2EEEvNS_7MoeArgsE")
+        assert ("mul.rn.f16x2" in body) == want, name
 
 
 def test_down_kernels_for_both_rings(sm90a_ptx):

@@ -132,7 +132,8 @@ def test_down_lo_half(env):
     assert plan(13).endswith("down on tensor cores (2 teams per block: 143 pairs >= 33)")  # f16 lo half
     assert "h's lo half as e5m2" in plan(14)
     # MXFP4 keeps f16 while it fits (its down is bound by the weights' decode)
-    assert kernels.kernel_plan("sm_90", "mxfp4", 16, 11, 4096, 256, sms=132).endswith("(2 teams per block: 176 pairs >= 33)")
+    assert kernels.kernel_plan("sm_90", "mxfp4", 16, 11, 4096, 256, sms=132).endswith(
+        "(2 teams per block: 176 pairs >= 33), each e8m0 block's scale on its MMA's fp32 sums")
     assert "h's lo half as e5m2 (as f16 its stage would take 222912 B" in kernels.kernel_plan(
         "sm_90", "mxfp4", 17, 11, 4096, 256, sms=132)
     env.setenv("SMALLM_DOWN_LO8", "0")
@@ -154,6 +155,20 @@ def test_down_ring_chunks(env, fmt, I, chunks):
     env.setenv("SMALLM_DOWN_RING", "2")
     forced = "two jobs' W2 in flight per warp (SMALLM_DOWN_RING=2)" in kernels.kernel_plan("sm_90", fmt, 1, 8, 4096, I, sms=132)
     assert forced == (chunks == 2)
+
+
+@pytest.mark.parametrize("I, ring, per_block", [(128, "", True), (256, "", True), (256, "2", False), (384, "", False)])
+def test_mxfp4_down_scale_mode(env, I, ring, per_block):
+    """The MXFP4 down's scales, as the plan words them: where a job holds two chunks (kCh = 2, the
+    header's kBlockMma) each MMA takes one e8m0 block and its scale goes on the fp32 sums; with four
+    chunks (I over 256, or SMALLM_DOWN_RING=2) the scales are applied in f16 relative to the largest."""
+    env.setenv("SMALLM_DOWN_RING", ring)
+    plan = kernels.kernel_plan("sm_90", "mxfp4", 1, 8, 4096, I, sms=132)
+    assert ("each e8m0 block's scale on its MMA's fp32 sums" in plan) == per_block, plan
+    assert ("e8m0 scales in f16 relative to the largest of 128 values" in plan) == (not per_block), plan
+    assert "block" not in kernels.kernel_plan("sm_90", "fp8_block128", 1, 8, 4096, I, sms=132).split("down on")[1]
+    text = (HIP / "smallm_moe_twopass.h").read_text()
+    assert "constexpr bool kBlockMma = kFp4 && kCh == 2;" in text
 
 
 def test_down_ring_rule_matches_the_header():
