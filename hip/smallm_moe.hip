@@ -354,6 +354,26 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   // down when its stage (h, y) fits a block's shared memory (down_mma_lo_bytes).
   static const bool mma = env_switch_on("SMALLM_MMA");
   static const bool mma_down = env_switch_on("SMALLM_MMA_DOWN");  // 0: down on CUDA cores (A/B runs)
+  static const bool split = env_switch_on("SMALLM_MMA_SPLIT");    // 0: no split (A/B runs)
+  // x over the gate/up's f16 stage (more than 20 tokens at D = 4096): the call as consecutive calls of
+  // near-equal token counts that fit (mma_split_tokens), each on tensor cores. Each reads its own
+  // experts' weights again, but the CUDA-core kernels were 10.7-13.1x the read floor at 32-48 tokens
+  // (MXFP4, examples/results "h200-ab7" run 4). A token's output depends on its own row and routing
+  // only, so the result is the one call's; the gate/up of a later part is a plain launch, which waits
+  // for the earlier part's down before it writes h.
+  const int part = mma && split ? mma_split_tokens<Fmt>(a.T, a.D) : 0;
+  if (part > 0 && part < a.T) {
+    for (int t0 = 0; t0 < a.T; t0 += part) {
+      MoeArgs b = a;
+      b.T = part < a.T - t0 ? part : a.T - t0;
+      b.x = a.x + (size_t)t0 * a.D;
+      b.out = a.out + (size_t)t0 * a.D;
+      b.topk_w = a.topk_w + (size_t)t0 * a.K;
+      b.topk_ids = a.topk_ids + (size_t)t0 * a.K;
+      if (const int err = launch_twopass<Fmt, Layout>(b, stream)) return err;
+    }
+    return 0;
+  }
   if (mma && gateup_mma_fits<Fmt>(a.T, a.D)) {
     const bool j4 = a.D / mma_step_values<Fmt>() <= 4 * kWarps;
     const int err =

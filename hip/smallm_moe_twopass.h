@@ -264,6 +264,17 @@ __host__ __device__ inline bool gateup_mma_fits(int T, int D) {
   return gateup_x_stage_bytes(T, D) <= kXStageBytes && D % sv == 0 && D / sv <= 8 * kWarps;
 }
 
+// Tokens per part where x is over the stage but D suits the tensor-core gate/up: T in the fewest
+// parts that fit, near-equal (ceil(T / parts)): 32 -> 16 + 16, 48 -> 16 x 3, 21 -> 11 + 10 at
+// D = 4096. 0 where D does not suit it (kernels.mma_split_tokens mirrors this).
+template <int Fmt>
+__host__ __device__ inline int mma_split_tokens(int T, int D) {
+  const int most = (int)(kXStageBytes / gateup_x_stage_bytes(1, D));
+  if (T <= 0 || most < 1 || !gateup_mma_fits<Fmt>(1, D)) return 0;
+  const int parts = (T + most - 1) / most;
+  return (T + parts - 1) / parts;
+}
+
 #if defined(SMALLM_MMA_F16)
 SMALLM_DEV int quad_max(int v) {  // max over the 4 lanes of a quad (one row's vectors of a step)
   v = imax(v, __shfl_xor_sync(0xffffffffu, v, 1));

@@ -144,6 +144,18 @@ def _device_sms() -> int:
     return H200_SMS
 
 
+def mma_split_tokens(fmt: str, T: int, D: int) -> int:
+    """hip/smallm_moe_twopass.h mma_split_tokens: tokens per part of a call whose x is over the
+    tensor-core gate/up's f16 stage (T in the fewest parts that fit, near-equal); 0 where D does not
+    suit the tensor-core gate/up."""
+    step = _mma_step_values(fmt)
+    most = X_STAGE_BYTES // (2 * D)
+    if T <= 0 or most < 1 or D % step or D // step > 64:
+        return 0
+    parts = -(-T // most)
+    return -(-T // parts)
+
+
 def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Optional[int] = None) -> str:
     """The kernels the launcher runs for a call of this shape, and why, in words (sms: the device's
     SM count; the current CUDA device's, else the H200's)."""
@@ -162,9 +174,14 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         why = "no tensor-core path for this arch" if envs.MMA.enabled() else "SMALLM_MMA=0"
         return f"two-pass (variant 5): gate/up and down on CUDA cores ({why})"
     x_bytes, step = T * D * 2, _mma_step_values(fmt)
+    part = mma_split_tokens(fmt, T, D)
+    if envs.MMA_SPLIT.enabled() and 0 < part < T:
+        parts = -(-T // part)
+        return (f"{parts} calls of at most {part} tokens (x as f16 is {x_bytes} B, over the {X_STAGE_BYTES} B "
+                f"stage), each " + kernel_plan(arch, fmt, part, K, D, I, sms))
     if not (x_bytes <= X_STAGE_BYTES and D % step == 0 and D // step <= 64):
         return (f"two-pass (variant 5): gate/up and down on CUDA cores (x as f16 is {x_bytes} B, over the "
-                f"{X_STAGE_BYTES} B stage)")
+                f"{X_STAGE_BYTES} B stage{': SMALLM_MMA_SPLIT=0' if part else ''})")
     forced = envs.GATEUP_TEAMS.get().strip()[:1]  # the launcher reads the first character
     if forced in ("1", "2"):
         gateup = (f"gate/up on tensor cores ({forced} team{'s' if forced == '2' else ''} per block: "

@@ -73,6 +73,10 @@ def test_sort_matches_reference_exactly(case, seed):
     {"SMALLM_DOWN_TEAMS": "1", "formats": "fp8_block128,mxfp4", "tokens": "17,20", "shapes": "qwen35-tp4"},
     # the two-job ring where the launcher keeps three (I in at most two MMA chunks: MXFP4 TP4, FP8 TP8)
     {"SMALLM_DOWN_RING": "2", "formats": "fp8_block128,mxfp4", "tokens": "1,8,16", "shapes": "qwen35-tp4,qwen35-tp8"},
+    # x over the gate/up's f16 stage: the launcher's split into tensor-core calls of <= 20 tokens, uneven
+    # parts (21 -> 11 + 10, 41 -> 14 + 14 + 13), and the CUDA-core kernels it replaced
+    {"SMALLM_MMA_SPLIT": "1", "formats": "fp8_block128,mxfp4", "tokens": "21,41", "shapes": "qwen35-tp4,qwen35-tp8"},
+    {"SMALLM_MMA_SPLIT": "0", "formats": "fp8_block128,mxfp4", "tokens": "21", "shapes": "qwen35-tp4,qwen35-tp8"},
 ], ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
 def test_kernel_variants_match_reference(switches):
     """Every kernel variant and A/B switch (read once per process, so in a child process): the same

@@ -59,7 +59,7 @@ def test_every_switch_the_launcher_reads_is_documented():
 @pytest.fixture
 def env(monkeypatch):
     for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN", "SMALLM_GATEUP_TEAMS", "SMALLM_DOWN_TEAMS",
-                 "SMALLM_DOWN_LO8", "SMALLM_DOWN_RING"):
+                 "SMALLM_DOWN_LO8", "SMALLM_DOWN_RING", "SMALLM_MMA_SPLIT"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -82,7 +82,7 @@ def env(monkeypatch):
                   "stage would take 222912 B, over the 211968 B of a block)"),
     (20, 11, 256, "h's lo half as e5m2"),    # h 220 * 264 * 3 B + y 220 * 16 * 2 * 4 B + 2^e, tw: 204160 B fit
     (4, 8, 384, "down on CUDA cores (I=384 over 256)"),                   # Qwen3-235B-like
-    (21, 11, 256, "gate/up and down on CUDA cores (x as f16 is 172032 B"),  # x: 21 * 4096 * 2 B over 160 KB
+    (21, 11, 256, "2 calls of at most 11 tokens (x as f16 is 172032 B, over the 163840 B stage), each two-pass"),
 ])
 def test_h200_fp8_plan(env, T, K, I, expect):
     assert expect in kernels.kernel_plan("sm_90", "fp8_block128", T, K, 4096, I)
@@ -97,7 +97,7 @@ def test_h200_fp8_plan(env, T, K, I, expect):
     (16, 11, 128, "down on tensor cores"),                                 # h: 176 * 136 * 4 B
     (16, 11, 256, "down on tensor cores (2 teams per block: 176 pairs >= 33)"),   # f16 lo half (MXFP4)
     (20, 11, 256, "h's lo half as e5m2"),
-    (21, 11, 256, "gate/up and down on CUDA cores (x as f16 is 172032 B"),
+    (48, 11, 256, "3 calls of at most 16 tokens (x as f16 is 393216 B"),   # x: 48 * 4096 * 2 B over 160 KB
 ])
 def test_h200_mxfp4_plan(env, T, K, I, expect):
     assert expect in kernels.kernel_plan("sm_90", "mxfp4", T, K, 4096, I)
@@ -169,6 +169,36 @@ def test_mxfp4_down_scale_mode(env, I, ring, per_block):
     assert "block" not in kernels.kernel_plan("sm_90", "fp8_block128", 1, 8, 4096, I, sms=132).split("down on")[1]
     text = (HIP / "smallm_moe_twopass.h").read_text()
     assert "constexpr bool kBlockMma = kFp4 && kCh == 2;" in text
+
+
+@pytest.mark.parametrize("T, D, part", [(1, 4096, 1), (20, 4096, 20), (21, 4096, 11), (32, 4096, 16), (41, 4096, 14),
+                                        (48, 4096, 16), (60, 4096, 20), (61, 4096, 16), (30, 2048, 30), (41, 2048, 21),
+                                        (8, 16384, 0)])
+def test_mma_split_tokens(env, T, D, part):
+    """The mirror of the launcher's split of a call whose x is over the f16 stage: the fewest parts that
+    fit (20 tokens at D = 4096), near-equal; none where D does not suit the tensor-core gate/up. The
+    plan says how many calls; SMALLM_MMA_SPLIT=0 keeps the CUDA-core kernels and says so."""
+    assert kernels.mma_split_tokens("mxfp4", T, D) == part
+    if 0 < part < T:
+        parts = -(-T // part)
+        assert part * parts >= T and part * (parts - 1) < T and part * 2 * D <= kernels.X_STAGE_BYTES
+        plan = kernels.kernel_plan("sm_90", "mxfp4", T, 11, D, 256, sms=132)
+        assert plan.startswith(f"{parts} calls of at most {part} tokens"), plan
+        assert "CUDA cores" not in plan, plan
+        env.setenv("SMALLM_MMA_SPLIT", "0")
+        assert kernels.kernel_plan("sm_90", "mxfp4", T, 11, D, 256, sms=132).endswith(
+            "gate/up and down on CUDA cores (x as f16 is %d B, over the %d B stage: SMALLM_MMA_SPLIT=0)"
+            % (T * D * 2, kernels.X_STAGE_BYTES))
+
+
+def test_mma_split_rule_matches_the_header():
+    text = (HIP / "smallm_moe_twopass.h").read_text()
+    body = text[text.index("inline int mma_split_tokens(int T, int D) {"):]
+    body = body[:body.index("\n}")]
+    assert "kXStageBytes / gateup_x_stage_bytes(1, D)" in body and "(T + most - 1) / most" in body
+    assert "(T + parts - 1) / parts" in body
+    launcher = (HIP / "smallm_moe.hip").read_text()
+    assert 'env_switch_on("SMALLM_MMA_SPLIT")' in launcher and "mma_split_tokens<Fmt>(a.T, a.D)" in launcher
 
 
 def test_down_ring_rule_matches_the_header():
