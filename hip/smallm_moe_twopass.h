@@ -245,7 +245,8 @@ SMALLM_DEV float exp2_int(int e) { return __builtin_bit_cast(float, (127 + e) <<
 // conversion, 7 bit operations and 4 conversions for 8 values instead of 16 bit operations, was 0-4 %
 // slower: examples/results "h200-ab6" run 3.)
 constexpr int kMmaPairs = 4;                 // pairs per MMA pass: B columns 2m, 2m+1 are pair m's two halves
-// x staged as f16 when T * D * 2 fits (T <= 20 at D = 4096; above, the CUDA-core kernels): two
+// x staged as f16 when T * D * 2 fits (T <= 20 at D = 4096; above, the launcher splits the call into
+// parts that fit, mma_split_tokens, or with SMALLM_MMA_SPLIT=0 runs the CUDA-core kernels): two
 // one-team blocks per SM while both fit the 196 KB carveout, else one block of two teams
 // (the launcher's launch_gateup_mma_teams).
 constexpr int kXStageBytes = 160 * 1024;
