@@ -3,8 +3,9 @@
 # tokens at D = 4096): build; the selftest at its default token counts and caps (MXFP4's H200 cap, 48,
 # now runs as three tensor-core calls) and the edge cases; `sglang-smallm bench` at SPLITTOKENS with the
 # split and with SMALLM_MMA_SPLIT=0 (the CUDA-core kernels it replaces), FP8 and MXFP4, in one job; the
-# GPU tests of the split; compute-sanitizer memcheck on the split at MEMTOKENS. Stages in that order,
-# so that a job cut short keeps the first ones.
+# GPU tests of the split; compute-sanitizer memcheck on the split at MEMTOKENS; PEER=1 SGLang's Triton
+# FP8 peer (.peer/run.sh, carry ".peer") at SPLITTOKENS, for the FP8 caps above 20 tokens. Stages in
+# that order, so that a job cut short keeps the first ones.
 source examples/h200_common.sh
 ST=${SPLITTOKENS:-21,32,48}
 build
@@ -23,6 +24,11 @@ stamp memcheck
 timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
   selftest --what moe --seeds 1 --shapes qwen35-tp4,qwen35-tp8 --tokens "${MEMTOKENS:-41}" > "$OUT/sanitize.log" 2>&1
 grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize.log"
+if [ "${PEER:-0}" = 1 ]; then
+  stamp peer
+  cd "$R"; timeout 200 env OUT=$OUT/peer bash .peer/run.sh --tokens $ST > "$OUT/peer.log" 2>&1
+fi
 stamp done
 bench_summary "$OUT"/bench_*.log
+peer_summary
 pack
