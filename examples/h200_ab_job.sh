@@ -91,10 +91,7 @@ if [ "${BENCH:-0}" = 1 ]; then
     for v in ${BENCH_VARIANTS:-}; do [ -d /tmp/pkg_$v/sglang_smallm_plugin ] && bench_formats "_${v}_r2" "$T" "$T" PYTHONPATH=/tmp/pkg_$v; done
   fi
 fi
-if [ "${PEER:-0}" = 1 ]; then
-  stamp peer
-  cd "$R"; timeout 200 env OUT=$OUT/peer bash .peer/run.sh --tokens $T > "$OUT/peer.log" 2>&1
-fi
+peer_stage "$T"
 stamp done
 # per case: event time per call (us, median incl. launch) of base and new, each round
 python3 - "$OUT/timeline_ab.log" <<'EOF'

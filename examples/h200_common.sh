@@ -27,6 +27,12 @@ bench_summary() {  # bench_summary LOG...: one line per (shape, T): kernel us, f
     sed -E 's/ +/ /g; s/ row_major//; s/ distinct=[ 0-9.]+//; s/roofline.*//; s/fp8_block128 //; s/mxfp4 //; s/MB kernel//'; done
 }
 
+peer_stage() {  # peer_stage TOKENS: with PEER=1, SGLang's Triton FP8 peer (.peer/run.sh, carry ".peer") at TOKENS
+  [ "${PEER:-0}" = 1 ] || return 0
+  stamp peer
+  (cd "$R" && timeout 200 env OUT=$OUT/peer bash .peer/run.sh --tokens "$1" > "$OUT/peer.log" 2>&1)
+}
+
 peer_summary() {  # SGLang's Triton FP8 peer (.peer/run.sh), shipped config, per T
   [ -e "$OUT/peer.log" ] && grep -E "T= *[0-9]+ shipped +jit +full" "$OUT/peer.log" | sed -E 's/ +/ /g' | cut -c1-45
 }

@@ -58,10 +58,7 @@ if [ "${BENCH:-1}" = 1 ]; then
     if [ -d /tmp/basepkg/sglang_smallm_plugin ]; then bench_formats _base "$T" "$MT" PYTHONPATH=/tmp/basepkg; else tail -5 "$OUT/base_build.log"; fi
   fi
 fi
-if [ "${PEER:-0}" = 1 ]; then
-  stamp peer
-  cd "$R"; timeout 200 env OUT=$OUT/peer bash .peer/run.sh --tokens $T > "$OUT/peer.log" 2>&1
-fi
+peer_stage "$T"
 stamp done
 [ -e "$OUT/timeline.log" ] && grep -A14 "^## timeline 0 1 256" "$OUT/timeline.log" | cut -c1-80
 ls "$OUT"/bench_*.log > /dev/null 2>&1 && bench_summary "$OUT"/bench_*.log

@@ -24,10 +24,7 @@ stamp memcheck
 timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
   selftest --what moe --seeds 1 --shapes qwen35-tp4,qwen35-tp8 --tokens "${MEMTOKENS:-41}" > "$OUT/sanitize.log" 2>&1
 grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize.log"
-if [ "${PEER:-0}" = 1 ]; then
-  stamp peer
-  cd "$R"; timeout 200 env OUT=$OUT/peer bash .peer/run.sh --tokens $ST > "$OUT/peer.log" 2>&1
-fi
+peer_stage "$ST"
 stamp done
 bench_summary "$OUT"/bench_*.log
 peer_summary
