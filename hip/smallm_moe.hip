@@ -63,10 +63,6 @@ namespace {
 constexpr int kMaxDevices = 64;
 constexpr int kTwoPassVariant = 5;  // smallm_moe_twopass.h
 
-// Resident-block capacity of `kernel` on the current device with `smem` bytes of dynamic shared
-// memory per block, kept per device in the caller's `table` (one table per kernel; recomputed when
-// smem changes). Tickets make every launch correct at any residency; capacity only sizes the grid
-// so that no block waits for a free slot. 0 on success.
 // The current device and its SM count (read once per device). 0 on success.
 int current_device_sms(int& dev, int& sms) {
   static int sms_of[kMaxDevices] = {0};
@@ -80,6 +76,10 @@ int current_device_sms(int& dev, int& sms) {
   return 0;
 }
 
+// Resident-block capacity of `kernel` on the current device with `smem` bytes of dynamic shared
+// memory per block, kept per device in the caller's `table` (one table per kernel; recomputed when
+// smem changes). Tickets make every launch correct at any residency; capacity only sizes the grid
+// so that no block waits for a free slot. 0 on success.
 struct Capacity {
   int smem = -1, blocks = 0;
 };
