@@ -78,6 +78,12 @@ def _mma_step_values(fmt: str) -> int:
     return 4 * (32 if fmt == MXFP4 else 16)
 
 
+def _gateup_mma_fits(fmt: str, T: int, D: int) -> bool:
+    """gateup_mma_fits<Fmt>: x fits the f16 stage and every warp takes at most 8 steps."""
+    step = _mma_step_values(fmt)
+    return T * D * 2 <= X_STAGE_BYTES and D % step == 0 and D // step <= 64
+
+
 def _twopass_fits(fmt: str, D: int) -> bool:
     nv = D // 16 // (2 if fmt == MXFP4 else 1)
     per8, per4 = -(-nv * 8 // THREADS), -(-nv * 4 // THREADS)
@@ -148,9 +154,8 @@ def mma_split_tokens(fmt: str, T: int, D: int) -> int:
     """hip/smallm_moe_twopass.h mma_split_tokens: tokens per part of a call whose x is over the
     tensor-core gate/up's f16 stage (T in the fewest parts that fit, near-equal); 0 where D does not
     suit the tensor-core gate/up."""
-    step = _mma_step_values(fmt)
     most = X_STAGE_BYTES // (2 * D)
-    if T <= 0 or most < 1 or D % step or D // step > 64:
+    if T <= 0 or most < 1 or not _gateup_mma_fits(fmt, 1, D):
         return 0
     parts = -(-T // most)
     return -(-T // parts)
@@ -179,7 +184,7 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         parts = -(-T // part)
         return (f"{parts} calls of at most {part} tokens (x as f16 is {x_bytes} B, over the {X_STAGE_BYTES} B "
                 f"stage), each " + kernel_plan(arch, fmt, part, K, D, I, sms))
-    if not (x_bytes <= X_STAGE_BYTES and D % step == 0 and D // step <= 64):
+    if not _gateup_mma_fits(fmt, T, D):
         return (f"two-pass (variant 5): gate/up and down on CUDA cores (x as f16 is {x_bytes} B, over the "
                 f"{X_STAGE_BYTES} B stage{': SMALLM_MMA_SPLIT=0' if part else ''})")
     forced = envs.GATEUP_TEAMS.get().strip()[:1]  # the launcher reads the first character
@@ -208,11 +213,12 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
             down = "down on tensor cores"
         if lo_bytes == 1:
             down += f", h's lo half as e5m2 ({lo_why})"
-        ring2 = down_mma_ring_chunks(fmt, I) == 2 and envs.DOWN_RING.get().strip()[:1] == "2"
+        two_chunks = down_mma_ring_chunks(fmt, I) == 2
+        ring2 = two_chunks and envs.DOWN_RING.get().strip()[:1] == "2"
         if ring2:
             down += ", two jobs' W2 in flight per warp (SMALLM_DOWN_RING=2)"
         if fmt == MXFP4:  # the kernel's chunks per job (kCh): two gives every MMA one e8m0 block (kBlockMma)
-            down += (", each e8m0 block's scale on its MMA's fp32 sums" if down_mma_ring_chunks(fmt, I) == 2 and not ring2
+            down += (", each e8m0 block's scale on its MMA's fp32 sums" if two_chunks and not ring2
                      else ", e8m0 scales in f16 relative to the largest of 128 values")
     return f"two-pass (variant 5): {gateup}, {down}"
 
