@@ -30,15 +30,10 @@ for v in "${variants[@]}"; do
   ( $TLB -I"$R/.ab/$v/hip" examples/timeline/timeline.cu -o /tmp/timeline_$v > "$OUT/timeline_${v}_build.log" 2>&1 ) &
 done
 for v in ${BENCH_VARIANTS:-}; do  # a package per variant tree (its hip/ in this tree), benched like the baseline
-  ( rm -rf /tmp/src_$v && mkdir -p /tmp/src_$v && cp -r "$R"/pyproject.toml "$R"/setup.py "$R"/sglang_smallm_plugin "$R"/README.md /tmp/src_$v/ \
-    && cp -r "$R/.ab/$v/hip" /tmp/src_$v/hip && cd /tmp/src_$v && MAX_JOBS=4 SGLANG_SMALLM_BUILD=1 python3 -m pip install -q \
-    --no-build-isolation --no-deps --no-index --target /tmp/pkg_$v . > "$OUT/${v}_build.log" 2>&1 ) &
+  tree_pkg "$R/.ab/$v/hip" /tmp/pkg_$v "$OUT/${v}_build.log" 4
 done
-if [ "${BENCH_AB:-0}" = 1 ]; then  # the baseline package: this tree with the baseline's hip/
-  ( rm -rf /tmp/basesrc && mkdir -p /tmp/basesrc && cp -r "$R"/pyproject.toml "$R"/setup.py "$R"/sglang_smallm_plugin "$R"/README.md /tmp/basesrc/ \
-    && cp -r "$BASE/hip" /tmp/basesrc/hip && cd /tmp/basesrc && MAX_JOBS=8 SGLANG_SMALLM_BUILD=1 python3 -m pip install -q \
-    --no-build-isolation --no-deps --no-index --target /tmp/basepkg . > "$OUT/base_build.log" 2>&1 ) &
-fi
+# the baseline package: this tree with the baseline's hip/
+[ "${BENCH_AB:-0}" = 1 ] && tree_pkg "$BASE/hip" /tmp/basepkg "$OUT/base_build.log"
 [ "${LOADPATTERN:-0}" = 1 ] && ( nvcc -std=c++17 -arch=sm_90a -O3 examples/loadpattern/loadpattern.cu -o /tmp/loadpattern > "$OUT/loadpattern_build.log" 2>&1 ) &
 build
 wait
@@ -79,12 +74,10 @@ if [ "${BENCH:-0}" = 1 ]; then
   stamp bench
   bench_formats _new "$T" "$T"
   if [ "${BENCH_AB:-0}" = 1 ]; then  # the baseline package through PYTHONPATH, ahead of the installed one
-    if [ -d /tmp/basepkg/sglang_smallm_plugin ]; then bench_formats _base "$T" "$T" PYTHONPATH=/tmp/basepkg; else tail -5 "$OUT/base_build.log"; fi
+    bench_pkg _base /tmp/basepkg "$OUT/base_build.log" "$T" "$T"
     for ev in "${envs[@]}"; do bench_formats "_new_$ev" "$T" "$T" "$ev"; done
   fi
-  for v in ${BENCH_VARIANTS:-}; do
-    if [ -d /tmp/pkg_$v/sglang_smallm_plugin ]; then bench_formats "_$v" "$T" "$T" PYTHONPATH=/tmp/pkg_$v; else tail -5 "$OUT/${v}_build.log"; fi
-  done
+  for v in ${BENCH_VARIANTS:-}; do bench_pkg "_$v" /tmp/pkg_$v "$OUT/${v}_build.log" "$T" "$T"; done
   if [ "${BENCH_ROUNDS:-1}" = 2 ]; then  # the same again, in the same order (the spread between rounds)
     bench_formats _new_r2 "$T" "$T"
     [ -d /tmp/basepkg/sglang_smallm_plugin ] && bench_formats _base_r2 "$T" "$T" PYTHONPATH=/tmp/basepkg

@@ -22,6 +22,19 @@ bench_formats() {  # bench_formats SUFFIX FP8_TOKENS MXFP4_TOKENS [VAR=value...]
     --formats mxfp4 > "$OUT/bench_mxfp4$sfx.log" 2>&1
 }
 
+tree_pkg() {  # tree_pkg HIPDIR TARGET LOG [JOBS]: in the background, this tree's package with HIPDIR as its
+  # hip/, built for sm_90a into TARGET (pip --target; put it first on PYTHONPATH to use it), log in LOG
+  local src=/tmp/src_$(basename "$2")
+  ( rm -rf "$src" && mkdir -p "$src" && cp -r "$R"/pyproject.toml "$R"/setup.py "$R"/sglang_smallm_plugin "$R"/README.md "$src"/ \
+    && cp -r "$1" "$src"/hip && cd "$src" && MAX_JOBS=${4:-8} SGLANG_SMALLM_BUILD=1 python3 -m pip install -q \
+    --no-build-isolation --no-deps --no-index --target "$2" . > "$3" 2>&1 ) &
+}
+
+bench_pkg() {  # bench_pkg SUFFIX TARGET LOG FP8_TOKENS MXFP4_TOKENS: bench_formats with tree_pkg's TARGET
+  # package, or the tail of its build LOG where it did not build
+  if [ -d "$2/sglang_smallm_plugin" ]; then bench_formats "$1" "$4" "$5" PYTHONPATH="$2"; else tail -5 "$3"; fi
+}
+
 bench_summary() {  # bench_summary LOG...: one line per (shape, T): kernel us, floor, x floor
   for f in "$@"; do echo "== $(basename "$f" .log)"; grep -E "kernel .* us" "$f" | \
     sed -E 's/ +/ /g; s/ row_major//; s/ distinct=[ 0-9.]+//; s/roofline.*//; s/fp8_block128 //; s/mxfp4 //; s/MB kernel//'; done

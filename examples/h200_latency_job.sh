@@ -11,11 +11,7 @@
 source examples/h200_common.sh
 T=${TOKENS:-1,2,4,8}
 MT=${MXTOKENS:-$T}
-if [ "${BENCH_AB:-0}" = 1 ]; then
-  ( rm -rf /tmp/basesrc && mkdir -p /tmp/basesrc && cp -r "$R"/pyproject.toml "$R"/setup.py "$R"/sglang_smallm_plugin "$R"/README.md /tmp/basesrc/ \
-    && cp -r "$R/.ab/base/hip" /tmp/basesrc/hip && cd /tmp/basesrc && MAX_JOBS=8 SGLANG_SMALLM_BUILD=1 python3 -m pip install -q \
-    --no-build-isolation --no-deps --no-index --target /tmp/basepkg . > "$OUT/base_build.log" 2>&1 ) &
-fi
+[ "${BENCH_AB:-0}" = 1 ] && tree_pkg "$R/.ab/base/hip" /tmp/basepkg "$OUT/base_build.log"
 build
 [ "${TIMELINE:-1}" = 1 ] && ( nvcc -std=c++17 -arch=sm_90a -O3 -DSMALLM_TIMELINE -Ihip examples/timeline/timeline.cu -o /tmp/timeline > "$OUT/timeline_build.log" 2>&1 ) &
 cd /tmp
@@ -54,9 +50,7 @@ if [ "${BENCH:-1}" = 1 ]; then
   stamp bench
   wait  # the baseline package (BENCH_AB), the timeline build
   bench_formats "" "$T" "$MT"
-  if [ "${BENCH_AB:-0}" = 1 ]; then
-    if [ -d /tmp/basepkg/sglang_smallm_plugin ]; then bench_formats _base "$T" "$MT" PYTHONPATH=/tmp/basepkg; else tail -5 "$OUT/base_build.log"; fi
-  fi
+  [ "${BENCH_AB:-0}" = 1 ] && bench_pkg _base /tmp/basepkg "$OUT/base_build.log" "$T" "$MT"
 fi
 peer_stage "$T"
 stamp done
