@@ -427,6 +427,8 @@ int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* st
   static const int x_prefetch = env_switch_on("SMALLM_X_PREFETCH") ? 1 : 0;  // 0: x-slice prefetch off (A/B runs)
   smallm::MoeArgs a = args;
   a.x_prefetch = x_prefetch;
+  static const int gateup_draw = env_switch_on("SMALLM_GATEUP_DRAW") ? 1 : 0;  // 0: static job order (A/B runs)
+  a.gateup_draw = gateup_draw;
   a.pair_magic = smallm::PairToken::magic_of(a.K);
   // SMALLM_KERNEL_VARIANT forces a variant (A/B runs; read once per process).
   static const int forced = [] {
