@@ -305,7 +305,7 @@ struct GateUpMmaShared {
   Routing R;
   float red[kTeams][2][kWarps][kMmaPairs][8];
   int xmax[kMaxPairs];  // per token: max |x| (float bits), then 2^e_t (float bits)
-  int next[kTeams];     // a team's next job, drawn by its thread 0 (gateup_mma_jobs)
+  int next[kTeams][3];  // kDraw: a team's next jobs, drawn by its thread 0 (gateup_mma_drawn_jobs)
 };
 
 // The block's barrier, or with two teams (gate/up, 512 threads) the team's own: named barrier 1 + team
@@ -433,9 +433,10 @@ SMALLM_DEV void stage_x_finish(const MoeArgs& a, uint16_t* xs, int* xmax) {
 // kFull: every warp has all kJ steps (nsteps == 8 kJ), so the steps need no guards and their MMA
 // chains can interleave; MXFP4 steps accumulate in two independent chains (cs, cs2). FP8 takes its
 // steps in pairs under one guard (below).
-template <int Fmt, int kJ, bool kFull, int kTeams>
+// `before_sync` runs once per job, on every thread, just before the job's first barrier.
+template <int Fmt, int kJ, bool kFull, int kTeams, class Hook>
 SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, const uint16_t* xs, int& buf, int job,
-                               int tiles, int nsteps, PairToken ptok, GateUpMmaLoads<kJ>& L) {
+                               int tiles, int nsteps, PairToken ptok, GateUpMmaLoads<kJ>& L, Hook& before_sync) {
   using F = Format<Fmt>;
   constexpr bool kFp4 = Fmt == kMxfp4;
   constexpr int kSv = mma_step_values<Fmt>();
@@ -510,6 +511,7 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, con
       StaticFor<0, kJ / 2>::run(pairs);
     }
     if (q < mc) S.red[team][buf][w][q][g] = acc;  // rows 0-3 gate, 4-7 up
+    if (m0 == 0) before_sync();
     team_sync<kTeams>(team);
     if (t < 4 * kMmaPairs) {
       const int m = t / 4, i = t % 4;
@@ -528,46 +530,46 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, con
   }
 }
 
-// The jobs of team vb of G (the tensor-core gate/up): job vb first, then, with a.gateup_draw, each
-// next job drawn from a ticket (job G + n for the n-th ticket of a.sync[kSyncTicket]), so that a
-// team that runs ahead takes more jobs: with every team taking jobs vb, vb + G, ... the teams of
-// Qwen3.5 TP4 at 8 tokens finished 12 us apart (43.5 to 55.3 us; the down waits for the last).
-// Thread 0 draws the ticket after the job's next loads are issued and hands it over through shared
-// memory behind one more team barrier at the end of the job, a job later: the atomic's latency is
-// hidden behind a job. The first ticket is drawn at entry (`tk0`). The last team out resets the
-// counters (as the block kernel does; the two never run at once on one workspace). Which team
-// computes a job does not change its result: the output is the same, bit for bit.
+// kDraw (a.gateup_draw, the default): team vb of G computes job vb, then jobs drawn by ticket (job
+// G + n for the n-th ticket of a.sync[kSyncTicket]), so that a team that runs ahead takes more jobs
+// (with jobs vb, vb + G, ... the teams of Qwen3.5 FP8 TP4 at 8 tokens finished 11 us apart, 43.7 to
+// 54.5 us, and the down waits for the last: examples/results "h200-ab8" run 1). Thread 0 draws the
+// ticket for the job after next once the next job's loads are issued, and hands it over through
+// shared memory before this job's first barrier (before_sync): no barrier of its own (one more
+// barrier per job, waiting on the h writes, made every job slower: run 1). Slot n % 3 holds the next
+// job of the team's n-th job: thread 0 writes slot n + 1 during job n, which every thread has read
+// behind job n - 1's barriers, and slot n is read again after job n, before job n + 1's barrier
+// lets thread 0 on to write it. The first ticket is drawn at entry (tk0). The job's index stays in
+// shared memory while it computes (a register more across the MMAs slowed the kernel by 4-7 %, run
+// 1). The last team out resets the counters (as the block kernel does; the two never run at once on
+// one workspace). Which team computes a job does not change its result: the output is the same,
+// bit for bit.
 template <class Loads, int kTeams, class Issue, class Ready, class Compute>
-SMALLM_DEV void gateup_mma_jobs(const MoeArgs& a, int* next, int team, int t, int vb, int njobs, int G, unsigned tk0,
-                                Issue& issue, Ready& ready, Compute& compute) {
-  const bool draw = a.gateup_draw != 0;
+SMALLM_DEV void gateup_mma_drawn_jobs(const MoeArgs& a, int (*next)[3], int team, bool first, int vb, int njobs, int G,
+                                      unsigned tk0, Issue& issue, Ready& ready, Compute& compute) {
   int job = vb;
   Loads cur, nxt;
   if (job < njobs) issue(job, cur);
-  if (draw && t == 0) next[team] = G < njobs ? G + (int)tk0 : njobs;  // read behind ready()'s barrier
+  if (first) next[team][0] = G < njobs ? G + (int)tk0 : njobs;  // read behind ready()'s barriers
   ready();
-  int jn = draw ? next[team] : vb + G;
-  while (job < njobs) {
+  for (int n = 0; job < njobs; n = n == 2 ? 0 : n + 1) {
+    const int n1 = n == 2 ? 0 : n + 1;
     unsigned tk = 0;
-    if (jn < njobs) {
-      issue(jn, nxt);
-      if (draw && t == 0) tk = atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
-    }
-    compute(job, cur);
-    int jnn = jn + G;
-    if (draw) {
-      jnn = njobs;
-      if (jn < njobs) {  // uniform over the team (jn came from shared memory)
-        if (t == 0) next[team] = G + (int)tk;
-        team_sync<kTeams>(team);
-        jnn = next[team];  // rewritten only after the next job's first barrier
+    {
+      const int jn = next[team][n];
+      if (jn < njobs) {
+        issue(jn, nxt);
+        if (first) tk = atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
       }
     }
+    auto hand_over = [&] {
+      if (first) next[team][n1] = next[team][n] < njobs ? G + (int)tk : njobs;
+    };
+    compute(job, cur, hand_over);
     cur = nxt;
-    job = jn;
-    jn = jnn;
+    job = next[team][n];
   }
-  if (draw && t == 0 && atomic_add_release(&a.sync[kSyncExit], 1u) == (unsigned)(G - 1)) {
+  if (first && atomic_add_release(&a.sync[kSyncExit], 1u) == (unsigned)(G - 1)) {
     store_relaxed(&a.sync[kSyncTicket], 0u);  // last team out resets the ticket
     store_relaxed(&a.sync[kSyncExit], 0u);
   }
@@ -579,7 +581,7 @@ SMALLM_DEV void gateup_mma_jobs(const MoeArgs& a, int* next, int team, int t, in
 // barrier, but they share one routing and one copy of x: with x in shared memory once per SM
 // instead of twice, more of the SM's 256 KB stays L1, which holds the weight loads in flight (at TP4
 // 10 tokens two one-team blocks leave 28 KB of L1: 125.8 us, two teams 109.8; examples/results "h200-ab3").
-template <int Fmt, int Layout, int kJ, int kTeams>
+template <int Fmt, int Layout, int kJ, int kTeams, bool kDraw>
 __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) {
 #if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
   using F = Format<Fmt>;
@@ -590,13 +592,13 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   __shared__ GateUpMmaShared<kTeams> S;
   SMALLM_TL_ENTRY(0);
   grid_dependents_launch();
-  const int team = kTeams == 1 ? 0 : thread_id() / kThreads;
-  const int tt = kTeams == 1 ? thread_id() : thread_id() % kThreads;  // thread within the team
-  // the team's first ticket, drawn now; its value is first needed after the routing and x's stage
-  const unsigned tk0 = a.gateup_draw && tt == 0 ? atomic_add_relaxed(&a.sync[kSyncTicket], 1u) : 0u;
+  // kDraw: the team's first ticket, drawn now; its value is first needed after the routing and x's stage
+  const bool first_thread = (kTeams == 1 ? thread_id() : thread_id() % kThreads) == 0;
+  const unsigned tk0 = kDraw && first_thread ? atomic_add_relaxed(&a.sync[kSyncTicket], 1u) : 0u;
   for (int tok = thread_id(); tok < a.T; tok += kBlockThreads) S.xmax[tok] = 0;
   auto copy_x = [&] { stage_x_issue<kBlockThreads>(a, xs); };
   build_routing<kBlockThreads>(a, S.R, copy_x);  // ends with a barrier
+  const int team = kTeams == 1 ? 0 : thread_id() / kThreads;
   // w: the warp within its team (the measured form: reordering these declarations changes the SASS)
   const int lane = lane_id(), w = (kTeams == 1 ? thread_id() : thread_id() % kThreads) / kWarp, g = lane >> 2, q = lane & 3;
   const Routing& R = S.R;
@@ -648,11 +650,17 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   };
   [[maybe_unused]] int ndone = 0;  // jobs this team has computed (timeline marks)
   auto jobs = [&](auto full) {  // full = 1: every warp has all kJ steps (gateup_mma_job's kFull)
-    auto compute = [&](int job, Loads& L) {
-      gateup_mma_job<Fmt, kJ, decltype(full)::value != 0, kTeams>(a, S, xs, buf, job, tiles, nsteps, ptok, L);
+    auto compute = [&](int job, Loads& L, auto& before_sync) {
+      gateup_mma_job<Fmt, kJ, decltype(full)::value != 0, kTeams>(a, S, xs, buf, job, tiles, nsteps, ptok, L, before_sync);
       SMALLM_TL_MARK(0, kTlJob0 + imin(ndone++, 5));
     };
-    gateup_mma_jobs<Loads, kTeams>(a, S.next, team, tt, vb, njobs, G, tk0, issue, stage_x, compute);
+    if constexpr (kDraw) {
+      gateup_mma_drawn_jobs<Loads, kTeams>(a, S.next, team, first_thread, vb, njobs, G, tk0, issue, stage_x, compute);
+    } else {
+      auto nothing = [] {};
+      auto compute_static = [&](int job, Loads& L) { compute(job, L, nothing); };
+      run_jobs<Loads>(vb, njobs, G, issue, stage_x, compute_static);
+    }
   };
   if (kFp4 && nsteps == kWarps * kJ)
     jobs(IntC<1>{});
