@@ -530,40 +530,43 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, con
   }
 }
 
-// kDraw (a.gateup_draw, the default): team vb of G computes job vb, then jobs drawn by ticket (job
-// G + n for the n-th ticket of a.sync[kSyncTicket]), so that a team that runs ahead takes more jobs
-// (with jobs vb, vb + G, ... the teams of Qwen3.5 FP8 TP4 at 8 tokens finished 11 us apart, 43.7 to
-// 54.5 us, and the down waits for the last: examples/results "h200-ab8" run 1). Thread 0 draws the
-// ticket for the job after next once the next job's loads are issued, and hands it over through
-// shared memory before this job's first barrier (before_sync): no barrier of its own (one more
-// barrier per job, waiting on the h writes, made every job slower: run 1). Slot n % 3 holds the next
-// job of the team's n-th job: thread 0 writes slot n + 1 during job n, which every thread has read
-// behind job n - 1's barriers, and slot n is read again after job n, before job n + 1's barrier
-// lets thread 0 on to write it. The first ticket is drawn at entry (tk0). The job's index stays in
-// shared memory while it computes (a register more across the MMAs slowed the kernel by 4-7 %, run
-// 1). The last team out resets the counters (as the block kernel does; the two never run at once on
-// one workspace). Which team computes a job does not change its result: the output is the same,
-// bit for bit.
+// kDraw (a.gateup_draw, the default): team vb of G computes job vb, then jobs drawn by ticket in
+// pairs (ticket n: jobs G + 2n and G + 2n + 1), so that a team that runs ahead takes more jobs (with
+// jobs vb, vb + G, ... the teams of Qwen3.5 FP8 TP4 at 8 tokens finished 11 us apart, 43.7 to 54.5
+// us, and the down waits for the last: examples/results "h200-ab8" run 1). Thread 0 draws the next
+// pair's ticket when it issues the loads of a pair's first job and hands it over through shared
+// memory before the first barrier of the pair's second job, a whole job later: with one job per
+// ticket, drawn and handed over within one job, the atomic's latency under the weight loads held up
+// every FP8 job's first barrier (jobs 20 % longer, run 2), and behind a barrier of its own every
+// job waited on the h writes too (run 1). Slot n % 3 holds the next job of the team's n-th job:
+// thread 0 writes slot n + 1 during job n, which every thread read behind job n - 1's barriers, and
+// slot n is read again after job n, before job n + 1's barrier lets thread 0 on to write it; the
+// job index stays in shared memory while a job computes. The last team out resets the counters (as
+// the block kernel does; the two never run at once on one workspace). Which team computes a job
+// does not change its result: the output is the same, bit for bit.
 template <class Loads, int kTeams, class Issue, class Ready, class Compute>
 SMALLM_DEV void gateup_mma_drawn_jobs(const MoeArgs& a, int (*next)[3], int team, bool first, int vb, int njobs, int G,
                                       unsigned tk0, Issue& issue, Ready& ready, Compute& compute) {
   int job = vb;
   Loads cur, nxt;
   if (job < njobs) issue(job, cur);
-  if (first) next[team][0] = G < njobs ? G + (int)tk0 : njobs;  // read behind ready()'s barriers
+  if (first) next[team][0] = G < njobs ? G + 2 * (int)tk0 : njobs;  // read behind ready()'s barriers
   ready();
+  unsigned tk = 0;  // thread 0: the ticket of the pair after the one being issued
   for (int n = 0; job < njobs; n = n == 2 ? 0 : n + 1) {
     const int n1 = n == 2 ? 0 : n + 1;
-    unsigned tk = 0;
     {
       const int jn = next[team][n];
       if (jn < njobs) {
         issue(jn, nxt);
-        if (first) tk = atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
+        if (first && ((jn - G) & 1) == 0) tk = atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
       }
     }
     auto hand_over = [&] {
-      if (first) next[team][n1] = next[team][n] < njobs ? G + (int)tk : njobs;
+      if (first) {
+        const int jn = next[team][n];
+        next[team][n1] = jn >= njobs ? njobs : ((jn - G) & 1) == 0 ? jn + 1 : G + 2 * (int)tk;
+      }
     };
     compute(job, cur, hand_over);
     cur = nxt;
