@@ -33,8 +33,6 @@ struct MoeArgs {
   int x_prefetch;           // 1: copy the next phase-1 item's x slices during this one (default)
   unsigned pair_magic;      // PairToken: ceil(2^20 / K), set by smallm_moe_launch (a kernel parameter
                             // the kernels read from constant memory, not a register they hold)
-  int gateup_draw;          // 1: the tensor-core gate/up draws each team's jobs after its first by ticket
-                            // (default; SMALLM_GATEUP_DRAW=0: jobs vb, vb + G, ...)
   float out_scale;
 };
 

@@ -24,14 +24,11 @@ SMALLM_TWOPASS(kMxfp4, kShuffle16x16)
   template __global__ void smallm_down_mma_kernel<F, L, 2, false, C>(MoeArgs); \
   template __global__ void smallm_down_mma_kernel<F, L, 1, true, C>(MoeArgs);  \
   template __global__ void smallm_down_mma_kernel<F, L, 2, true, C>(MoeArgs);
-#define SMALLM_MMA_GATEUP(F, L, D)                                           \
-  template __global__ void smallm_gateup_mma_kernel<F, L, 4, 1, D>(MoeArgs); \
-  template __global__ void smallm_gateup_mma_kernel<F, L, 8, 1, D>(MoeArgs); \
-  template __global__ void smallm_gateup_mma_kernel<F, L, 4, 2, D>(MoeArgs); \
-  template __global__ void smallm_gateup_mma_kernel<F, L, 8, 2, D>(MoeArgs);
 #define SMALLM_MMA(F, L)                                                  \
-  SMALLM_MMA_GATEUP(F, L, false)                                          \
-  SMALLM_MMA_GATEUP(F, L, true)                                           \
+  template __global__ void smallm_gateup_mma_kernel<F, L, 4, 1>(MoeArgs); \
+  template __global__ void smallm_gateup_mma_kernel<F, L, 8, 1>(MoeArgs); \
+  template __global__ void smallm_gateup_mma_kernel<F, L, 4, 2>(MoeArgs); \
+  template __global__ void smallm_gateup_mma_kernel<F, L, 8, 2>(MoeArgs); \
   SMALLM_MMA_DOWN(F, L, 2)                                                \
   SMALLM_MMA_DOWN(F, L, kDownMmaChunks)
 SMALLM_MMA(kFp8Block128, kRowMajor)
@@ -39,7 +36,6 @@ SMALLM_MMA(kFp8Block128, kShuffle16x16)
 SMALLM_MMA(kMxfp4, kRowMajor)
 SMALLM_MMA(kMxfp4, kShuffle16x16)
 #undef SMALLM_MMA
-#undef SMALLM_MMA_GATEUP
 #undef SMALLM_MMA_DOWN
 template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 1>(MoeArgs);
@@ -298,10 +294,10 @@ int launch_gateup(const smallm::MoeArgs& a0, gpuStream_t stream) {
 #if !defined(SMALLM_HIP)
 // Gate/up on tensor cores (smallm_gateup_mma_kernel): x staged as f16 in dynamic shared memory;
 // blocks of kTeams teams of 256 threads.
-template <int Fmt, int Layout, int kJ, int kTeams, bool kDraw>
+template <int Fmt, int Layout, int kJ, int kTeams>
 int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
-  auto kernel = smallm_gateup_mma_kernel<Fmt, Layout, kJ, kTeams, kDraw>;
+  auto kernel = smallm_gateup_mma_kernel<Fmt, Layout, kJ, kTeams>;
   static Capacity table[kMaxDevices];
   static int raised[kMaxDevices] = {0};
   MoeArgs a = a0;
@@ -338,17 +334,15 @@ int launch_gateup_mma_teams(const smallm::MoeArgs& a, gpuStream_t stream) {
     if (GPU(GetDevice)(&dev) != 0 || dev >= kMaxDevices) return 1;
     if (one_team[dev].bytes < 0) {
       GPU(FuncAttributes) fa;
-      const void* k = reinterpret_cast<const void*>(smallm::smallm_gateup_mma_kernel<Fmt, Layout, kJ, 1, false>);
+      const void* k = reinterpret_cast<const void*>(smallm::smallm_gateup_mma_kernel<Fmt, Layout, kJ, 1>);
       if (GPU(FuncGetAttributes)(&fa, k) != 0) return 5;
       one_team[dev].bytes = (int)fa.sharedSizeBytes;
     }
     const int block = one_team[dev].bytes + (int)smallm::gateup_x_stage_bytes(a.T, a.D) + kBlockReservedSmemBytes;
     teams = 2 * block > kTwoBlockCarveoutBytes ? 2 : 1;
   }
-  // jobs drawn by ticket (the default) or in the static order (SMALLM_GATEUP_DRAW=0): gateup_mma_drawn_jobs
-  if (teams == 2)
-    return a.gateup_draw ? launch_gateup_mma<Fmt, Layout, kJ, 2, true>(a, stream) : launch_gateup_mma<Fmt, Layout, kJ, 2, false>(a, stream);
-  return a.gateup_draw ? launch_gateup_mma<Fmt, Layout, kJ, 1, true>(a, stream) : launch_gateup_mma<Fmt, Layout, kJ, 1, false>(a, stream);
+  if (teams == 2) return launch_gateup_mma<Fmt, Layout, kJ, 2>(a, stream);
+  return launch_gateup_mma<Fmt, Layout, kJ, 1>(a, stream);
 }
 #endif
 
@@ -433,8 +427,6 @@ int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* st
   static const int x_prefetch = env_switch_on("SMALLM_X_PREFETCH") ? 1 : 0;  // 0: x-slice prefetch off (A/B runs)
   smallm::MoeArgs a = args;
   a.x_prefetch = x_prefetch;
-  static const int gateup_draw = env_switch_on("SMALLM_GATEUP_DRAW") ? 1 : 0;  // 0: static job order (A/B runs)
-  a.gateup_draw = gateup_draw;
   a.pair_magic = smallm::PairToken::magic_of(a.K);
   // SMALLM_KERNEL_VARIANT forces a variant (A/B runs; read once per process).
   static const int forced = [] {

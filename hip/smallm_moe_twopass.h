@@ -305,7 +305,6 @@ struct GateUpMmaShared {
   Routing R;
   float red[kTeams][2][kWarps][kMmaPairs][8];
   int xmax[kMaxPairs];  // per token: max |x| (float bits), then 2^e_t (float bits)
-  int next[kTeams][3];  // kDraw: a team's next jobs, drawn by its thread 0 (gateup_mma_drawn_jobs)
 };
 
 // The block's barrier, or with two teams (gate/up, 512 threads) the team's own: named barrier 1 + team
@@ -433,10 +432,9 @@ SMALLM_DEV void stage_x_finish(const MoeArgs& a, uint16_t* xs, int* xmax) {
 // kFull: every warp has all kJ steps (nsteps == 8 kJ), so the steps need no guards and their MMA
 // chains can interleave; MXFP4 steps accumulate in two independent chains (cs, cs2). FP8 takes its
 // steps in pairs under one guard (below).
-// `before_sync` runs once per job, on every thread, just before the job's first barrier.
-template <int Fmt, int kJ, bool kFull, int kTeams, class Hook>
+template <int Fmt, int kJ, bool kFull, int kTeams>
 SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, const uint16_t* xs, int& buf, int job,
-                               int tiles, int nsteps, PairToken ptok, GateUpMmaLoads<kJ>& L, Hook& before_sync) {
+                               int tiles, int nsteps, PairToken ptok, GateUpMmaLoads<kJ>& L) {
   using F = Format<Fmt>;
   constexpr bool kFp4 = Fmt == kMxfp4;
   constexpr int kSv = mma_step_values<Fmt>();
@@ -511,7 +509,6 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, con
       StaticFor<0, kJ / 2>::run(pairs);
     }
     if (q < mc) S.red[team][buf][w][q][g] = acc;  // rows 0-3 gate, 4-7 up
-    if (m0 == 0) before_sync();
     team_sync<kTeams>(team);
     if (t < 4 * kMmaPairs) {
       const int m = t / 4, i = t % 4;
@@ -529,54 +526,6 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, con
     buf ^= 1;  // the next pass writes the other buffer; the one after waits behind this barrier
   }
 }
-
-// kDraw (a.gateup_draw, the default): team vb of G computes job vb, then jobs drawn by ticket in
-// pairs (ticket n: jobs G + 2n and G + 2n + 1), so that a team that runs ahead takes more jobs (with
-// jobs vb, vb + G, ... the teams of Qwen3.5 FP8 TP4 at 8 tokens finished 11 us apart, 43.7 to 54.5
-// us, and the down waits for the last: examples/results "h200-ab8" run 1). Thread 0 draws the next
-// pair's ticket when it issues the loads of a pair's first job and hands it over through shared
-// memory before the first barrier of the pair's second job, a whole job later: with one job per
-// ticket, drawn and handed over within one job, the atomic's latency under the weight loads held up
-// every FP8 job's first barrier (jobs 20 % longer, run 2), and behind a barrier of its own every
-// job waited on the h writes too (run 1). Slot n % 3 holds the next job of the team's n-th job:
-// thread 0 writes slot n + 1 during job n, which every thread read behind job n - 1's barriers, and
-// slot n is read again after job n, before job n + 1's barrier lets thread 0 on to write it; the
-// job index stays in shared memory while a job computes. The last team out resets the counters (as
-// the block kernel does; the two never run at once on one workspace). Which team computes a job
-// does not change its result: the output is the same, bit for bit.
-template <class Loads, int kTeams, class Issue, class Ready, class Compute>
-SMALLM_DEV void gateup_mma_drawn_jobs(const MoeArgs& a, int (*next)[3], int team, bool first, int vb, int njobs, int G,
-                                      unsigned tk0, Issue& issue, Ready& ready, Compute& compute) {
-  int job = vb;
-  Loads cur, nxt;
-  if (job < njobs) issue(job, cur);
-  if (first) next[team][0] = G < njobs ? G + 2 * (int)tk0 : njobs;  // read behind ready()'s barriers
-  ready();
-  unsigned tk = 0;  // thread 0: the ticket of the pair after the one being issued
-  for (int n = 0; job < njobs; n = n == 2 ? 0 : n + 1) {
-    const int n1 = n == 2 ? 0 : n + 1;
-    {
-      const int jn = next[team][n];
-      if (jn < njobs) {
-        issue(jn, nxt);
-        if (first && ((jn - G) & 1) == 0) tk = atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
-      }
-    }
-    auto hand_over = [&] {
-      if (first) {
-        const int jn = next[team][n];
-        next[team][n1] = jn >= njobs ? njobs : ((jn - G) & 1) == 0 ? jn + 1 : G + 2 * (int)tk;
-      }
-    };
-    compute(job, cur, hand_over);
-    cur = nxt;
-    job = next[team][n];
-  }
-  if (first && atomic_add_release(&a.sync[kSyncExit], 1u) == (unsigned)(G - 1)) {
-    store_relaxed(&a.sync[kSyncTicket], 0u);  // last team out resets the ticket
-    store_relaxed(&a.sync[kSyncExit], 0u);
-  }
-}
 #endif
 
 // kTeams = 2: one block of two teams per SM instead of two blocks. The teams take jobs as two blocks
@@ -584,7 +533,7 @@ SMALLM_DEV void gateup_mma_drawn_jobs(const MoeArgs& a, int (*next)[3], int team
 // barrier, but they share one routing and one copy of x: with x in shared memory once per SM
 // instead of twice, more of the SM's 256 KB stays L1, which holds the weight loads in flight (at TP4
 // 10 tokens two one-team blocks leave 28 KB of L1: 125.8 us, two teams 109.8; examples/results "h200-ab3").
-template <int Fmt, int Layout, int kJ, int kTeams, bool kDraw>
+template <int Fmt, int Layout, int kJ, int kTeams>
 __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) {
 #if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
   using F = Format<Fmt>;
@@ -595,9 +544,6 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   __shared__ GateUpMmaShared<kTeams> S;
   SMALLM_TL_ENTRY(0);
   grid_dependents_launch();
-  // kDraw: the team's first ticket, drawn now; its value is first needed after the routing and x's stage
-  const bool first_thread = (kTeams == 1 ? thread_id() : thread_id() % kThreads) == 0;
-  const unsigned tk0 = kDraw && first_thread ? atomic_add_relaxed(&a.sync[kSyncTicket], 1u) : 0u;
   for (int tok = thread_id(); tok < a.T; tok += kBlockThreads) S.xmax[tok] = 0;
   auto copy_x = [&] { stage_x_issue<kBlockThreads>(a, xs); };
   build_routing<kBlockThreads>(a, S.R, copy_x);  // ends with a barrier
@@ -651,19 +597,12 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
     stage_x_finish<kFp4, kBlockThreads>(a, xs, S.xmax);
     SMALLM_TL_MARK(0, kTlReady);
   };
-  [[maybe_unused]] int ndone = 0;  // jobs this team has computed (timeline marks)
   auto jobs = [&](auto full) {  // full = 1: every warp has all kJ steps (gateup_mma_job's kFull)
-    auto compute = [&](int job, Loads& L, auto& before_sync) {
-      gateup_mma_job<Fmt, kJ, decltype(full)::value != 0, kTeams>(a, S, xs, buf, job, tiles, nsteps, ptok, L, before_sync);
-      SMALLM_TL_MARK(0, kTlJob0 + imin(ndone++, 5));
+    auto compute = [&](int job, Loads& L) {
+      gateup_mma_job<Fmt, kJ, decltype(full)::value != 0, kTeams>(a, S, xs, buf, job, tiles, nsteps, ptok, L);
+      SMALLM_TL_MARK(0, kTlJob0 + imin((job - vb) / G, 5));
     };
-    if constexpr (kDraw) {
-      gateup_mma_drawn_jobs<Loads, kTeams>(a, S.next, team, first_thread, vb, njobs, G, tk0, issue, stage_x, compute);
-    } else {
-      auto nothing = [] {};
-      auto compute_static = [&](int job, Loads& L) { compute(job, L, nothing); };
-      run_jobs<Loads>(vb, njobs, G, issue, stage_x, compute_static);
-    }
+    run_jobs<Loads>(vb, njobs, G, issue, stage_x, compute);
   };
   if (kFp4 && nsteps == kWarps * kJ)
     jobs(IntC<1>{});

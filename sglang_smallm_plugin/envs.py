@@ -53,8 +53,5 @@ DOWN_RING = Switch("SMALLM_DOWN_RING", "",
 MMA_SPLIT = Switch("SMALLM_MMA_SPLIT", "1",
                    "A/B switch (CUDA, variant 5): 0 runs calls whose x is over the tensor-core gate/up's f16 stage "
                    "(over 20 tokens at D=4096) on CUDA cores instead of as several tensor-core calls of fewer tokens")
-GATEUP_DRAW = Switch("SMALLM_GATEUP_DRAW", "1",
-                     "A/B switch (CUDA, tensor-core gate/up): 0 gives team v of G the jobs v, v+G, ... instead of "
-                     "drawing each next job by ticket (the output is the same bit for bit)")
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH,
-       GATEUP_TEAMS, DOWN_TEAMS, DOWN_LO8, DOWN_RING, MMA_SPLIT, GATEUP_DRAW)
+       GATEUP_TEAMS, DOWN_TEAMS, DOWN_LO8, DOWN_RING, MMA_SPLIT)

@@ -59,7 +59,7 @@ def test_every_switch_the_launcher_reads_is_documented():
 @pytest.fixture
 def env(monkeypatch):
     for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN", "SMALLM_GATEUP_TEAMS", "SMALLM_DOWN_TEAMS",
-                 "SMALLM_DOWN_LO8", "SMALLM_DOWN_RING", "SMALLM_MMA_SPLIT", "SMALLM_GATEUP_DRAW"):
+                 "SMALLM_DOWN_LO8", "SMALLM_DOWN_RING", "SMALLM_MMA_SPLIT"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
