@@ -36,17 +36,17 @@ CAPS: Sequence[Cap] = (
     Cap("gfx950", MXFP4, 256, 40, "crossover vs AITER measured upstream on MI355X"),
     Cap("gfx950", MXFP4, None, 16, "not measured: conservative"),
     # H200, row-major weights (the Triton fallback's layout), against SGLang's Triton FP8 path as
-    # shipped, both in one job (examples/results/README.md, "h200-ab5" run 3, at 1-4, 6, 8, 10, 12 and
-    # 14-21 tokens): with I=256 faster at every count up to 20 (80.2 vs 107.6 us at 8, 154.1 vs 168.4 at
-    # 16, 185.4 vs 193.2 at 20; from 14 tokens the down stages h's lo half as e5m2, 3-4 % faster at
-    # 14-16 in runs 4-5, from 17 only that fits); with I=128 faster at every count up to 20 (84.0 vs 125.6 at 16,
-    # 103.4 vs 139.1 at 20). At 21 tokens x passes its 160 KB stage: on CUDA cores the kernel was slower
-    # at both (TP4 419.7 vs 194.2); since "h200-ab7" run 5 the launcher splits such calls into
-    # tensor-core calls of <= 20 tokens (TP4 21 tokens 202.8 us, TP8 121.6), not yet measured beside
-    # the peer above 20 tokens, so the caps stay. Shapes not measured against the peer do not use the
-    # kernel.
-    Cap("sm_90", FP8_BLOCK128, 128, 20, "H200 crossover vs SGLang Triton measured 2026-11-30"),
-    Cap("sm_90", FP8_BLOCK128, 256, 20, "H200: x stage limit, faster than SGLang Triton up to it (2026-12-01)"),
+    # shipped, both in one job (examples/results/README.md): with I=256 faster at every count up to 20
+    # ("h200-ab5" run 3 at 1-4, 6, 8, 10, 12 and 14-21 tokens; "h200-ab7" run 4: 79.6 vs 106.9 us at 8,
+    # 180.1 vs 190.8 at 20), slower from 21, where x passes its 160 KB stage and the launcher splits
+    # the call into tensor-core calls of <= 20 tokens ("h200-ab8" run 4: 203.4 vs 195.0 at 21, 297.6
+    # vs 261.3 at 32); with I=128 faster at every count measured up to 41 (run 4-5: 100.6 vs 139.4 at
+    # 20, 117.7 vs 143.4 at 21, 162.1 vs 183.8 at 32, 200.6 vs 219.6 at 40 (two calls of 20), 217.7 vs
+    # 224.8 at 41 (three calls)) and level at 44 and 48 (229.2 vs 229.9, 241.4 vs 242.8): the cap is
+    # 40, the last count with two calls, 9 % ahead. Shapes not measured against the peer do not use
+    # the kernel.
+    Cap("sm_90", FP8_BLOCK128, 128, 40, "H200 crossover vs SGLang Triton measured 2026-12-01 (split calls above 20)"),
+    Cap("sm_90", FP8_BLOCK128, 256, 20, "H200: x stage limit; above it the split calls are slower than SGLang Triton (2026-12-01)"),
     Cap("sm_90", FP8_BLOCK128, None, 0, "H200: not measured against SGLang Triton at this I"),
     Cap("sm_90", MXFP4, None, 48, "no SGLang MXFP4 runner on CUDA; kernel-only path"),
 )
