@@ -68,7 +68,7 @@ def env(monkeypatch):
     (1, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP4
     (2, 11, 128, "gate/up on tensor cores, down on tensor cores"),        # 22 pairs: one-team down
     (3, 11, 256, "gate/up on tensor cores, down on tensor cores (2 teams per block: 33 pairs >= 33)"),
-    (8, 11, 128, "gate/up on tensor cores, down on tensor cores (2 teams"),  # Qwen3.5 TP8 (H200 cap 20)
+    (8, 11, 128, "gate/up on tensor cores, down on tensor cores (2 teams"),  # Qwen3.5 TP8 (H200 cap 40, split above 20)
     (8, 11, 256, "gate/up on tensor cores, down on tensor cores (2 teams"),  # h: 88 * 264 * 4 B
     (9, 11, 256, "gate/up on tensor cores, down on"),                      # 2 x (24704 + 73728 + 1024) B fit 196 KB
     (10, 11, 256, "gate/up on tensor cores (2 teams per block, x once per SM: two blocks of x 81920 B would pass "
