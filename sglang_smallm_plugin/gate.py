@@ -40,7 +40,7 @@ CAPS: Sequence[Cap] = (
     # ("h200-ab5" run 3 at 1-4, 6, 8, 10, 12 and 14-21 tokens; "h200-ab7" run 4: 79.6 vs 106.9 us at 8,
     # 180.1 vs 190.8 at 20), slower from 21, where x passes its 160 KB stage and the launcher splits
     # the call into tensor-core calls of <= 20 tokens ("h200-ab8" run 4: 203.4 vs 195.0 at 21, 297.6
-    # vs 261.3 at 32); with I=128 faster at every count measured up to 41 (run 4-5: 100.6 vs 139.4 at
+    # vs 261.3 at 32); with I=128 faster at every count measured up to 41 (runs 4-5: 100.6 vs 139.4 at
     # 20, 117.7 vs 143.4 at 21, 162.1 vs 183.8 at 32, 200.6 vs 219.6 at 40 (two calls of 20), 217.7 vs
     # 224.8 at 41 (three calls)) and level at 44 and 48 (229.2 vs 229.9, 241.4 vs 242.8): the cap is
     # 40, the last count with two calls, 9 % ahead. Shapes not measured against the peer do not use
