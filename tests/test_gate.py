@@ -122,7 +122,7 @@ def test_unsupported_layout_falls_back(fake_gpu, real_objects):
 
 def test_cap_and_cap_plus_one(fake_gpu, real_objects):
     layer, core, dispatch, qi = real_objects
-    cap, _ = gate.token_cap(fake_gpu, "fp8_block128", SHAPE.inter, SHAPE.slots)
+    cap, _ = gate.token_cap(fake_gpu, "fp8_block128", SHAPE.inter, SHAPE.slots, SHAPE.hidden)
     assert cap >= 1
     for T, expect in ((cap, "kernel:smallm-compiled"), (cap + 1, "fallback:triton")):
         decision, _ = _decide(core, _with_tokens(dispatch, T), qi, core.config)
@@ -136,7 +136,12 @@ def test_mi355x_default_caps():
     assert gate.token_cap("gfx950", "mxfp4", 256, 11)[0] == 40
     assert gate.token_cap("gfx942", "fp8_block128", 256, 11)[0] == 0
     assert gate.token_cap("sm_90", "fp8_block128", 256, 11)[0] == 20  # H200, measured vs SGLang Triton
-    assert gate.token_cap("sm_90", "fp8_block128", 128, 11)[0] == 40  # split calls, faster than the peer to 41
+    assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 4096)[0] == 40  # split calls, faster than the peer to 41
+    assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 2048)[0] == 40
+    # the split was measured at D=4096 only: wider (or unknown) hidden sizes keep the cap measured before it
+    cap, source = gate.token_cap("sm_90", "fp8_block128", 128, 11, 8192)
+    assert cap == 20 and "measured at D=4096 only" in source
+    assert gate.token_cap("sm_90", "fp8_block128", 128, 11)[0] == 20
     assert gate.token_cap("sm_90", "fp8_block128", 384, 8)[0] == 0
 
 
