@@ -77,7 +77,7 @@ def time_read_floor(flats, id_sets, expert_bytes, reps=20, rounds=3) -> float:
 
 def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda", echo=print) -> list:
     arch = kernels.device_info(device).arch
-    cap = gate.token_cap(arch, weight_format, shape.inter, shape.slots, shape.hidden)[0]
+    cap = gate.shape_cap(arch, weight_format, shape)
     weights = [make_weights(shape, weight_format, layout, 1000 + c, device) for c in range(copies)]
     eb = shape.expert_bytes(weight_format)
     flats = [torch.randint(0, 255, (shape.experts * eb,), dtype=torch.uint8, device=device) for _ in range(copies)]

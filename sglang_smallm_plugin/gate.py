@@ -69,6 +69,16 @@ def token_cap(arch: str, weight_format: str, inter: int, top_k: int, hidden: Opt
     return 0, f"no cap entry for {arch}/{weight_format}"
 
 
+def call_cap(call: MoeCall, arch: str) -> tuple:
+    """token_cap for a call's format and shape: -> (cap, source)."""
+    return token_cap(arch, call.weight_format, call.inter, call.top_k, call.hidden)
+
+
+def shape_cap(arch: str, weight_format: str, shape) -> int:
+    """token_cap's cap for a shapes.MoeShape (selftest and bench)."""
+    return token_cap(arch, weight_format, shape.inter, shape.slots, shape.hidden)[0]
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
@@ -166,9 +176,8 @@ RULES: Sequence[Rule] = (
                                 and 0 < c.num_experts <= MAX_EXPERTS and 0 < c.top_k <= MAX_SLOTS),
          lambda c, a: (f"shape D={c.hidden} I={c.inter} E={c.num_experts} K={c.top_k} outside D,I % 128 == 0, "
                        f"I <= {MAX_INTER}, E <= {MAX_EXPERTS}, K <= {MAX_SLOTS}")),
-    Rule("tokens", lambda c, a: c.num_tokens <= token_cap(a, c.weight_format, c.inter, c.top_k, c.hidden)[0],
-         lambda c, a: (f"{c.num_tokens} tokens > cap {token_cap(a, c.weight_format, c.inter, c.top_k, c.hidden)[0]} "
-                       f"({token_cap(a, c.weight_format, c.inter, c.top_k, c.hidden)[1]})")),
+    Rule("tokens", lambda c, a: c.num_tokens <= call_cap(c, a)[0],
+         lambda c, a: "{} tokens > cap {} ({})".format(c.num_tokens, *call_cap(c, a))),
 )
 
 
@@ -177,7 +186,7 @@ def evaluate(call: MoeCall, arch: str) -> tuple:
     for rule in RULES:
         if not rule.passes(call, arch):
             return False, f"{rule.name}: {rule.reason(call, arch)}"
-    cap, source = token_cap(arch, call.weight_format, call.inter, call.top_k, call.hidden)
+    cap, source = call_cap(call, arch)
     return True, f"{call.num_tokens} tokens <= cap {cap} ({source})"
 
 

@@ -39,7 +39,7 @@ class CaseResult:
 def default_tokens(shape, weight_format, arch) -> list:
     """1, 3, 8 and the device's cap; where that cap is below 8 (H200), also the kernel's own range
     up to 48 tokens."""
-    cap = gate.token_cap(arch, weight_format, shape.inter, shape.slots, shape.hidden)[0]
+    cap = gate.shape_cap(arch, weight_format, shape)
     top = cap if cap >= 8 else min(48, gate.MAX_PAIRS // shape.slots)
     return sorted({t for t in (1, 3, 8, cap, top) if 0 < t <= top})
 
