@@ -87,16 +87,17 @@ constexpr int kMaxYsBytes = 96 * 1024;  // the launcher adds blocks until y fits
 
 // ------------------------------------------------------------------ gate/up kernel
 // Jobs b, b + G, ... (< njobs) of block b, the next job's weights loaded while this one computes.
-// `ready` runs after the first job's loads are issued: block-wide work the jobs need but their
-// loads do not (x staging). (Two alternating register sets instead of the copy cur = nxt were
-// measured slower on the H200: examples/results "h200-mma-down" run 1, and again for the
-// tensor-core gate/up at 1 token in "h200-timeline" run 4.)
-template <class Loads, class Issue, class Ready, class Compute>
+// `ready`: block-wide work the jobs need but their loads do not (x staging), run after the first
+// job's loads are issued, or before them with kReadyFirst. (Two alternating register sets instead
+// of the copy cur = nxt were measured slower on the H200: examples/results "h200-mma-down" run 1,
+// and again for the tensor-core gate/up at 1 token in "h200-timeline" run 4.)
+template <class Loads, bool kReadyFirst = false, class Issue, class Ready, class Compute>
 SMALLM_DEV void run_jobs(int first, int njobs, int G, Issue& issue, Ready& ready, Compute& compute) {
   int job = first;
   Loads cur, nxt;
+  if (kReadyFirst) ready();
   if (job < njobs) issue(job, cur);
-  ready();
+  if (!kReadyFirst) ready();
   while (job < njobs) {
     const int jn = job + G;
     if (jn < njobs) issue(jn, nxt);
@@ -594,7 +595,13 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
     }
   };
   int buf = 0;
-  auto stage_x = [&] {  // after the first jobs' loads are issued (both teams: block-wide barriers)
+  // FP8 in one-team blocks stages x before the first job's loads are issued, so that the staging is
+  // not queued behind them (x staged 4.6 -> 1.7 us at TP4 1 token) and the second job's loads follow
+  // the first at once: FP8 TP4 1-8 tokens 1-2 % faster, TP8 1-2 tokens 3 % (examples/results
+  // "h200-ab9" run 1). MXFP4 was slower that way (TP4 1 token 17.2 -> 18.0 us, TP8 11.8 -> 12.7), and
+  // two-team blocks (16-20 tokens) 0-1 %: they stage x after the first job's loads are issued.
+  constexpr bool kStageXFirst = !kFp4 && kTeams == 1;
+  auto stage_x = [&] {  // block-wide barriers (both teams)
     stage_x_finish<kFp4, kBlockThreads>(a, xs, S.xmax);
     SMALLM_TL_MARK(0, kTlReady);
   };
@@ -603,7 +610,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
       gateup_mma_job<Fmt, kJ, decltype(full)::value != 0, kTeams>(a, S, xs, buf, job, tiles, nsteps, ptok, L);
       SMALLM_TL_MARK(0, kTlJob0 + imin((job - vb) / G, 5));
     };
-    run_jobs<Loads>(vb, njobs, G, issue, stage_x, compute);
+    run_jobs<Loads, kStageXFirst>(vb, njobs, G, issue, stage_x, compute);
   };
   if (kFp4 && nsteps == kWarps * kJ)
     jobs(IntC<1>{});
