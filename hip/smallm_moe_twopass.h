@@ -3,10 +3,10 @@
 // The block kernel (smallm_moe.h) runs one launch whose items hand partial sums to each other
 // through global counters; on the H200 it is bound by that per-item chain (acquire, partial
 // reads, release, ticket), not by the weight bytes. Here nothing waits on another block (the
-// CUDA default; H200 Qwen3.5 with both passes on tensor cores: FP8 1.45-1.56x (TP4) and 1.60-1.94x
+// CUDA default; H200 Qwen3.5 with both passes on tensor cores: FP8 1.41-1.56x (TP4) and 1.61-1.90x
 // (TP8) the read floor at 1-20 tokens, faster than SGLang's Triton path up to 20 tokens at TP4 and
 // 41 at TP8 (calls over x's stage split, above 20); MXFP4 2.3-3.1x at 1-20; examples/results
-// "h200-ab7", "h200-ab8"):
+// "h200-ab7", "h200-ab8", "h200-ab9"):
 //
 //   gate/up  as many blocks as are resident; each derives the distinct experts (first-occurrence
 //            order) and takes jobs b, b + G, ...: job (expert u, tile) is 4 gate rows and the same
