@@ -1009,6 +1009,13 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   for (int p = t + kBlockThreads; p < N; p += kBlockThreads) tws[p] = a.topk_w[p];
   block_sync();
   SMALLM_TL_MARK(1, kTlHStaged);
+#if defined(SMALLM_TIMELINE)
+  // the timeline harness only: when thread 0's first W2 load has arrived (its job 0 "weights in")
+  if (t == 0 && njobs > 0) {
+    asm volatile("" ::"r"(ring[0].v[0][0].w[0]));
+    SMALLM_TL_MARK(1, kTlJob0Data);
+  }
+#endif
   auto compute = [&](int jj, Loads& L) {
     const int i = jj / nd, u = jj - i * nd;
     const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
@@ -1118,6 +1125,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
       const int j = jj + k * kBlockWarps;
       if (j < njobs) {
         compute(j, ring[k]);
+        if (j == 0) SMALLM_TL_MARK(1, kTlJob0Mma);  // warp 0's first job computed (timeline harness)
         if (j + kDepth * kBlockWarps < njobs) issue(j + kDepth * kBlockWarps, ring[k]);
       }
     };

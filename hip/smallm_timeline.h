@@ -11,7 +11,7 @@ constexpr int kTlBlocks = 1024, kTlMarks = 16;
 enum TimelineMark : int {
   kTlEntry = 0, kTlRouting = 1, kTlReady = 2, kTlJob0 = 3,  // gate/up: jobs 0..5 end at marks 3..8
   kTlDownIssued = 9, kTlHReady = 10, kTlHStaged = 11, kTlDownJobs = 12, kTlExit = 13,
-  kTlJob0Data = 14, kTlJob0Mma = 15,  // tensor-core gate/up, the block's first job: weights in, MMAs done
+  kTlJob0Data = 14, kTlJob0Mma = 15,  // tensor-core down: thread 0's first job's W2 arrived; warp 0's first job computed
 };
 __device__ unsigned long long g_tl_clock[2][kTlBlocks][kTlMarks];
 __device__ unsigned long long g_tl_global[2][kTlBlocks][2];  // entry, exit

@@ -30,7 +30,7 @@ static const char* mark_name(int m) {
   static const char* names[] = {"entry", "routing built", "x staged", "gate/up job 0 done", "gate/up job 1 done",
                                 "gate/up job 2 done", "gate/up job 3 done", "gate/up job 4 done", "gate/up job 5+ done",
                                 "down W2 issued", "h ready (wait)", "h staged", "down jobs done", "exit",
-                                "job 0: weights in", "job 0: MMAs done"};
+                                "job 0: W2 in (thread 0)", "job 0 computed (warp 0)"};
   return m < 16 ? names[m] : "?";
 }
 
