@@ -597,9 +597,10 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   int buf = 0;
   // FP8 in one-team blocks stages x before the first job's loads are issued, so that the staging is
   // not queued behind them (x staged 4.6 -> 1.7 us at TP4 1 token) and the second job's loads follow
-  // the first at once: FP8 TP4 1-8 tokens 1-2 % faster, TP8 1-2 tokens 3 % (examples/results
-  // "h200-ab9" run 1). MXFP4 was slower that way (TP4 1 token 17.2 -> 18.0 us, TP8 11.8 -> 12.7), and
-  // two-team blocks (16-20 tokens) 0-1 %: they stage x after the first job's loads are issued.
+  // the first at once: FP8 at 1-9 tokens 1-3 % faster, TP4 and TP8 (examples/results "h200-ab9" runs
+  // 1-2; issuing 1, 2 or 4 of the job's 8 steps before the staging was slower than none, run 4).
+  // MXFP4 was slower that way (TP4 1 token 17.2 -> 18.0 us, TP8 11.8 -> 12.7), and two-team blocks
+  // (16-20 tokens) 0-1 %: they stage x after the first job's loads are issued.
   constexpr bool kStageXFirst = !kFp4 && kTeams == 1;
   auto stage_x = [&] {  // block-wide barriers (both teams)
     stage_x_finish<kFp4, kBlockThreads>(a, xs, S.xmax);
