@@ -166,12 +166,17 @@ def test_hip_host_launchers_compile(source):
     assert r.returncode == 0, r.stderr[-4000:]
 
 
+def _ptx_entries(text):
+    """PTX text -> {mangled kernel name: its text up to the next kernel}."""
+    entries = re.split(r"\n\s*// \.globl\s+", text)
+    return {e.split()[0]: e for e in entries[1:]}
+
+
 @pytest.fixture(scope="module")
 def sm90a_ptx(sm90a_build):
     r, text = sm90a_build("smallm_moe")
     assert r.returncode == 0 and text, r.stderr[-4000:]
-    entries = re.split(r"\n\s*// \.globl\s+", text)
-    return {e.split()[0]: e for e in entries[1:]}
+    return _ptx_entries(text)
 
 
 @pytest.mark.parametrize("kernel,f16_scales", [
@@ -223,6 +228,29 @@ def test_timeline_harness_builds_and_package_has_no_marks(sm90a_build, tmp_path)
     assert r.returncode == 0, r.stderr[-4000:]
     _, ptx = sm90a_build("smallm_moe")
     assert ptx and "globaltimer" not in ptx and "g_tl_clock" not in ptx
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
+def test_convbench_builds_with_both_decodes(tmp_path):
+    """examples/convbench/convbench.cu (e4m3 -> f16 conversions per clock, a diagnostic prepared in
+    examples/results "h200-ab9") builds for sm_90a with warnings as errors and without spills, and its
+    two decodes are what it says: the hardware form converts with cvt.rn.f16x2.e4m3x2 (SASS F2FP), the
+    integer form with byte permutes and no conversion."""
+    root = HIP.parent
+    exe = tmp_path / "convbench"
+    r = _nvcc_sm90a("-Xptxas", "-v", root / "examples" / "convbench" / "convbench.cu", "-o", exe)
+    assert r.returncode == 0, r.stderr[-4000:]
+    spills = [line for line in r.stderr.splitlines() if "spill" in line and " 0 bytes spill stores" not in line]
+    assert not spills, spills
+    ptx_file = tmp_path / "convbench.ptx"
+    r = _nvcc_sm90a("-ptx", root / "examples" / "convbench" / "convbench.cu", "-o", ptx_file)
+    assert r.returncode == 0, r.stderr[-4000:]
+    bodies = _ptx_entries(ptx_file.read_text())
+    hw = [b for name, b in bodies.items() if "rateILi0E" in name]
+    ints = [b for name, b in bodies.items() if "rateILi1E" in name]
+    assert len(hw) == 1 and len(ints) == 1, sorted(bodies)
+    assert "cvt.rn.f16x2.e4m3x2" in hw[0] and "prmt" not in hw[0]
+    assert "cvt.rn.f16x2.e4m3x2" not in ints[0] and "prmt.b32" in ints[0]
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
