@@ -11,7 +11,8 @@
 # BENCH=1 (`sglang-smallm bench` at TOKENS: FP8 and MXFP4, Qwen3.5 TP4/TP8 row-major; BENCH_AB=1 also
 # builds the package from the baseline's hip/ into /tmp/basepkg and benches it beside this tree's,
 # and this tree with each of NEW_ENVS), PEER=1 (.peer/run.sh at TOKENS), LOADPATTERN=1
-# (examples/loadpattern: the gate/up's weight loads alone, by access pattern), VARIANTS (names of
+# (examples/loadpattern: the gate/up's weight loads alone, by access pattern), CONVBENCH=1
+# (examples/convbench: e4m3 -> f16 conversions per clock, hardware vs integer decode), VARIANTS (names of
 # more trees, each .ab/NAME/hip made like the baseline: each one more timeline column, e.g. the
 # baseline plus one change of this tree, to see each change alone), BENCH_VARIANTS (names of such
 # trees whose package is built and benched beside this tree's under BENCH=1), BENCH_ROUNDS=2 (every
@@ -35,11 +36,16 @@ done
 # the baseline package: this tree with the baseline's hip/
 [ "${BENCH_AB:-0}" = 1 ] && tree_pkg "$BASE/hip" /tmp/basepkg "$OUT/base_build.log"
 [ "${LOADPATTERN:-0}" = 1 ] && ( nvcc -std=c++17 -arch=sm_90a -O3 examples/loadpattern/loadpattern.cu -o /tmp/loadpattern > "$OUT/loadpattern_build.log" 2>&1 ) &
+[ "${CONVBENCH:-0}" = 1 ] && ( nvcc -std=c++17 -arch=sm_90a -O3 examples/convbench/convbench.cu -o /tmp/convbench > "$OUT/convbench_build.log" 2>&1 ) &
 build
 wait
 if [ "${LOADPATTERN:-0}" = 1 ]; then
   stamp loadpattern
   timeout 240 /tmp/loadpattern 200 > "$OUT/loadpattern.log" 2>&1
+fi
+if [ "${CONVBENCH:-0}" = 1 ]; then
+  stamp convbench
+  timeout 60 /tmp/convbench > "$OUT/convbench.log" 2>&1
 fi
 [ -x /tmp/timeline_base ] && [ -x /tmp/timeline_new ] || { tail -20 "$OUT"/timeline_*_build.log; pack; exit 12; }
 stamp timeline
@@ -104,6 +110,7 @@ for c in dict.fromkeys(k[0] for k in t):
     print(f"{c:16s}{row}")
 EOF
 [ -e "$OUT/loadpattern.log" ] && cat "$OUT/loadpattern.log"
+[ -e "$OUT/convbench.log" ] && cat "$OUT/convbench.log"
 ls "$OUT"/bench_*.log > /dev/null 2>&1 && bench_summary "$OUT"/bench_*.log
 peer_summary
 pack
