@@ -237,15 +237,14 @@ def test_convbench_builds_with_both_decodes(tmp_path):
     two decodes are what it says: the hardware form converts with cvt.rn.f16x2.e4m3x2 (SASS F2FP), the
     integer form with byte permutes and no conversion."""
     root = HIP.parent
-    exe = tmp_path / "convbench"
-    r = _nvcc_sm90a("-Xptxas", "-v", root / "examples" / "convbench" / "convbench.cu", "-o", exe)
+    r = _nvcc_sm90a("-Xptxas", "-v", "-keep", "-keep-dir", tmp_path, root / "examples" / "convbench" / "convbench.cu",
+                    "-o", tmp_path / "convbench")
     assert r.returncode == 0, r.stderr[-4000:]
     spills = [line for line in r.stderr.splitlines() if "spill" in line and " 0 bytes spill stores" not in line]
     assert not spills, spills
-    ptx_file = tmp_path / "convbench.ptx"
-    r = _nvcc_sm90a("-ptx", root / "examples" / "convbench" / "convbench.cu", "-o", ptx_file)
-    assert r.returncode == 0, r.stderr[-4000:]
-    bodies = _ptx_entries(ptx_file.read_text())
+    ptx = list(tmp_path.glob("*.compute_90a.ptx"))  # the same compile's PTX (kept intermediates)
+    assert len(ptx) == 1, sorted(p.name for p in tmp_path.iterdir())
+    bodies = _ptx_entries(ptx[0].read_text())
     hw = [b for name, b in bodies.items() if "rateILi0E" in name]
     ints = [b for name, b in bodies.items() if "rateILi1E" in name]
     assert len(hw) == 1 and len(ints) == 1, sorted(bodies)
