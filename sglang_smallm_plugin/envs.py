@@ -28,8 +28,10 @@ ARCH = Switch("SGLANG_SMALLM_ARCH", "", "override the build target (e.g. gfx950,
 LOG_ALL_RANKS = Switch("SGLANG_SMALLM_LOG_ALL_RANKS", "0", "1 logs path decisions on every rank, not only rank 0")
 
 KERNEL_VARIANT = Switch("SMALLM_KERNEL_VARIANT", "",
-                        "A/B switch (read once by the kernel launcher; kernels.VARIANTS lists them): unset = "
-                        "CUDA 5 (two streaming kernels) where it fits, else the block kernel; gfx950 0")
+                        "A/B switch (read once by the kernel launcher; kernels.VARIANTS lists them; doctor and selftest "
+                        "print which one runs): unset = CUDA 5 (two streaming kernels) where it fits, else the block "
+                        "kernel; gfx950 0. 1 forces the one-launch block kernel on CUDA, 5 the two streaming kernels on "
+                        "gfx950 (not its default there: unmeasured on AMD)")
 MMA = Switch("SMALLM_MMA", "1", "A/B switch (CUDA, variant 5): 0 computes FP8 and MXFP4 gate/up and down on CUDA cores, not tensor cores")
 MMA_DOWN = Switch("SMALLM_MMA_DOWN", "1",
                   "A/B switch (CUDA, variant 5): 0 computes the down projection on CUDA cores while gate/up stays on tensor cores")
@@ -45,13 +47,28 @@ DOWN_TEAMS = Switch("SMALLM_DOWN_TEAMS", "",
                     "A/B switch (CUDA, tensor-core down): 1 or 2 teams of 256 threads per block; unset: 2 "
                     "from 33 token-slot pairs (kDownTeamsMinPairs), else 1")
 DOWN_LO8 = Switch("SMALLM_DOWN_LO8", "",
-                  "A/B switch (CUDA, tensor-core down): 0 stages h's lo half as f16 wherever that fits, 1 as e5m2; "
-                  "unset: f16 where it fits and (FP8) its block stays within the 196 KB shared-memory carveout, else e5m2")
+                  "A/B switch (CUDA, tensor-core down): 0 stages h's lo half as f16 (4 bytes a value with hi; where that "
+                  "does not fit, the down runs on CUDA cores), 1 as e5m2 (3 bytes); unset: f16 where it fits and (FP8) "
+                  "its block stays within the 196 KB shared-memory carveout, else e5m2")
 DOWN_RING = Switch("SMALLM_DOWN_RING", "",
                    "A/B switch (CUDA, tensor-core down): 2 keeps two jobs' weights in flight per warp also where I "
-                   "takes at most two chunks; unset: three there (MXFP4 to I=256, FP8 to 128), else two")
+                   "takes at most two chunks (MXFP4 then also scales in f16 relative to the largest of 128 values instead "
+                   "of per block in fp32); unset: three there (MXFP4 to I=256, FP8 to 128), else two")
 MMA_SPLIT = Switch("SMALLM_MMA_SPLIT", "1",
                    "A/B switch (CUDA, variant 5): 0 runs calls whose x is over the tensor-core gate/up's f16 stage "
                    "(over 20 tokens at D=4096) on CUDA cores instead of as several tensor-core calls of fewer tokens")
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH,
        GATEUP_TEAMS, DOWN_TEAMS, DOWN_LO8, DOWN_RING, MMA_SPLIT)
+
+
+def markdown_table(switches=ALL) -> str:
+    """The README's table of switches (between its `switches` markers; tests/test_readme.py keeps them equal)."""
+    rows = ["| variable | default | what it does |", "|---|---|---|"]
+    for sw in switches:
+        default = f"`{sw.default}`" if sw.default else "unset"
+        rows.append(f"| `{sw.name}` | {default} | {sw.meaning} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # python -m sglang_smallm_plugin.envs prints the README's table
+    print(markdown_table())

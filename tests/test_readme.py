@@ -1,0 +1,32 @@
+"""README.md states what the code does: its table of switches is the one envs.py defines."""
+
+import pathlib
+import re
+
+from sglang_smallm_plugin import envs
+
+README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _readme_switches() -> str:
+    text = README.read_text()
+    m = re.search(r"<!-- switches:begin -->\n(.*?)\n<!-- switches:end -->", text, re.S)
+    assert m, "README.md lost its switches markers"
+    return m.group(1)
+
+
+def test_readme_switch_table_is_envs():
+    assert _readme_switches() == envs.markdown_table(), (
+        "README's table of switches differs from sglang_smallm_plugin/envs.py: paste the output of "
+        "`python -m sglang_smallm_plugin.envs` between its switches markers")
+
+
+def test_switch_table_names_every_switch_once():
+    table = envs.markdown_table()
+    names = [sw.name for sw in envs.ALL]
+    assert len(set(names)) == len(names)
+    for name in names:
+        assert table.count(f"| `{name}` |") == 1
+    # a switch missing from envs.ALL would be missing from the table too: every Switch in the module is in ALL
+    defined = [v for v in vars(envs).values() if isinstance(v, envs.Switch)]
+    assert set(defined) == set(envs.ALL)
