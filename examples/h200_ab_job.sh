@@ -6,7 +6,7 @@
 #   mkdir -p .ab/base && git archive <commit> hip examples/timeline | tar -x -C .ab/base
 # and the device call takes carry [".ab"] (with ".peer" for PEER=1).
 # Switches: CASES ("FMT T I" items, ';'-separated), ITERS, NEW_ENVS (';'-separated environment
-# settings, e.g. "SMALLM_BULK_H=0": each one more column, this tree run with it), SELFTEST=1 (moe at
+# settings, e.g. "SMALLM_BULK_H=0" or "A=1 B=1": each one more column, this tree run with it), SELFTEST=1 (moe at
 # SEEDS seeds and TOKENS, and edge), MEMCHECK=1 (compute-sanitizer on selftest at MEMTOKENS, default 1,8),
 # BENCH=1 (`sglang-smallm bench` at TOKENS: FP8 and MXFP4, Qwen3.5 TP4/TP8 row-major; BENCH_AB=1 also
 # builds the package from the baseline's hip/ into /tmp/basepkg and benches it beside this tree's,
@@ -58,7 +58,8 @@ for c in "${cs[@]}"; do
       echo "## $which round $round: $c"; timeout 60 /tmp/timeline_$which $c "${ITERS:-60}" 2>&1
     done
     for ev in "${envs[@]}"; do
-      echo "## new[$ev] round $round: $c"; timeout 60 env $ev /tmp/timeline_new $c "${ITERS:-60}" 2>&1
+      # one setting may name several variables ("A=1 B=1"): env gets them as words, labels use commas
+      echo "## new[${ev// /,}] round $round: $c"; timeout 60 env $ev /tmp/timeline_new $c "${ITERS:-60}" 2>&1
     done
   done
 done > "$OUT/timeline_ab.log"
@@ -81,7 +82,7 @@ if [ "${BENCH:-0}" = 1 ]; then
   bench_formats _new "$T" "$T"
   if [ "${BENCH_AB:-0}" = 1 ]; then  # the baseline package through PYTHONPATH, ahead of the installed one
     bench_pkg _base /tmp/basepkg "$OUT/base_build.log" "$T" "$T"
-    for ev in "${envs[@]}"; do bench_formats "_new_$ev" "$T" "$T" "$ev"; done
+    for ev in "${envs[@]}"; do bench_formats "_new_${ev// /,}" "$T" "$T" $ev; done  # $ev unquoted: one word per variable
   fi
   for v in ${BENCH_VARIANTS:-}; do bench_pkg "_$v" /tmp/pkg_$v "$OUT/${v}_build.log" "$T" "$T"; done
   if [ "${BENCH_ROUNDS:-1}" = 2 ]; then  # the same again, in the same order (the spread between rounds)
@@ -97,7 +98,7 @@ python3 - "$OUT/timeline_ab.log" <<'EOF'
 import re, sys, collections
 t = collections.defaultdict(list); case = None
 for line in open(sys.argv[1]):
-    m = re.match(r"## (\S+) round \d+: (.*)", line)
+    m = re.match(r"## (.+?) round \d+: (.*)", line)
     if m: case = (m.group(2), m.group(1)); continue
     m = re.search(r"event time per call ([0-9.]+) us", line)
     if m and case: t[case].append(float(m.group(1)))
