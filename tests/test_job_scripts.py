@@ -21,11 +21,12 @@ def _ab_summary_source() -> str:
     return body.split("\nEOF", 1)[0]
 
 
-def test_ab_summary_takes_min_over_rounds_and_divides_by_base(tmp_path):
+def _ab_summary(tmp_path, rounds) -> list:
+    """The A/B job's summary over a timeline log of `rounds` (each a list of (label, us) for case 0 1 256): its lines."""
     log = tmp_path / "timeline_ab.log"
     lines = []
-    for rnd, (b, n, e) in enumerate([(20.0, 19.0, 21.0), (22.0, 18.0, 20.0)], 1):
-        for name, us in (("base", b), ("new", n), ("new[SMALLM_PDL=0]", e)):
+    for rnd, entries in enumerate(rounds, 1):
+        for name, us in entries:
             lines += [f"## {name} round {rnd}: 0 1 256",
                       f"timeline fmt=fp8 T=1 I=256 iters=40  clock 1.8 GHz  event time per call {us} us (median, incl. launch)"]
     log.write_text("\n".join(lines) + "\n")
@@ -33,7 +34,13 @@ def test_ab_summary_takes_min_over_rounds_and_divides_by_base(tmp_path):
     src.write_text(_ab_summary_source())
     r = subprocess.run([sys.executable, str(src), str(log)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    header, row = r.stdout.splitlines()[1], r.stdout.splitlines()[2]
+    return r.stdout.splitlines()
+
+
+def test_ab_summary_takes_min_over_rounds_and_divides_by_base(tmp_path):
+    out = _ab_summary(tmp_path, [[("base", b), ("new", n), ("new[SMALLM_PDL=0]", e)]
+                                 for b, n, e in [(20.0, 19.0, 21.0), (22.0, 18.0, 20.0)]])
+    header, row = out[1], out[2]
     assert header.split()[-3:] == ["base", "new", "new[SMALLM_PDL=0]"]
     assert row.startswith("0 1 256")
     assert "20.0 (1.000)" in row and "18.0 (0.900)" in row and "20.0 (1.000)" in row.split(")", 2)[-1]
@@ -41,16 +48,7 @@ def test_ab_summary_takes_min_over_rounds_and_divides_by_base(tmp_path):
 
 def test_ab_summary_reads_settings_of_several_variables(tmp_path):
     # NEW_ENVS="A=1 B=1" is labelled new[A=1,B=1]; a label with spaces must not be mistaken for another case
-    log = tmp_path / "timeline_ab.log"
-    lines = []
-    for name, us in (("base", 20.0), ("new", 19.0), ("new[SMALLM_GATEUP_PER_SM=1,SMALLM_DOWN_PER_SM=1]", 15.0),
-                     ("new[A=1 B=2]", 30.0)):
-        lines += [f"## {name} round 1: 0 1 256",
-                  f"timeline fmt=fp8 T=1 I=256 iters=40  clock 1.8 GHz  event time per call {us} us (median, incl. launch)"]
-    log.write_text("\n".join(lines) + "\n")
-    src = tmp_path / "summary.py"
-    src.write_text(_ab_summary_source())
-    r = subprocess.run([sys.executable, str(src), str(log)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    row = r.stdout.splitlines()[2]
+    out = _ab_summary(tmp_path, [[("base", 20.0), ("new", 19.0), ("new[SMALLM_GATEUP_PER_SM=1,SMALLM_DOWN_PER_SM=1]", 15.0),
+                                  ("new[A=1 B=2]", 30.0)]])
+    row = out[2]
     assert "15.0 (0.750)" in row and "30.0 (1.500)" in row and "19.0 (0.950)" in row
