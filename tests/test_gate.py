@@ -122,7 +122,7 @@ def test_unsupported_layout_falls_back(fake_gpu, real_objects):
 
 def test_cap_and_cap_plus_one(fake_gpu, real_objects):
     layer, core, dispatch, qi = real_objects
-    cap, _ = gate.token_cap(fake_gpu, "fp8_block128", SHAPE.inter, SHAPE.slots, SHAPE.hidden)
+    cap = gate.shape_cap(fake_gpu, "fp8_block128", SHAPE)
     assert cap >= 1
     for T, expect in ((cap, "kernel:smallm-compiled"), (cap + 1, "fallback:triton")):
         decision, _ = _decide(core, _with_tokens(dispatch, T), qi, core.config)
