@@ -253,6 +253,28 @@ def test_convbench_builds_with_both_decodes(tmp_path):
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
+def test_xstage_builds_with_its_copy_forms(tmp_path):
+    """examples/xstage/xstage.cu (x copied into every block's shared memory, recorded in
+    examples/results "h200-ab11") builds for sm_90a as its header says, with warnings as errors and
+    without spills, and its forms are what it says: bulk copies, with and without cluster multicast."""
+    root = HIP.parent
+    r = subprocess.run([_nvcc(), "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-Werror", "all-warnings",
+                        "-Xptxas", "-v", "-keep", "-keep-dir", str(tmp_path), str(root / "examples" / "xstage" / "xstage.cu"),
+                        "-o", str(tmp_path / "xstage")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    spills = [line for line in r.stderr.splitlines() if "spill" in line and " 0 bytes spill stores" not in line]
+    assert not spills, spills
+    ptx = list(tmp_path.glob("*.ptx"))
+    assert len(ptx) == 1, sorted(p.name for p in tmp_path.iterdir())
+    bodies = _ptx_entries(ptx[0].read_text())
+    assert len(bodies) == 5, sorted(bodies)
+    by_form = {int(re.search(r"stageILi(\d)E", name).group(1)): b for name, b in bodies.items()}
+    assert "cp.async.cg.shared.global" in by_form[0] and "cp.async.bulk" not in by_form[0]
+    assert "cp.async.bulk" in by_form[2] and "multicast" not in by_form[2]
+    assert all(".multicast::cluster" in by_form[f] for f in (3, 4))
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
 def test_loadpattern_harness_builds(tmp_path):
     """examples/loadpattern/loadpattern.cu (the gate/up's weight loads alone, recorded in
     examples/results "h200-ab") builds for sm_90a with warnings as errors and without spills."""
