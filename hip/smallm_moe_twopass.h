@@ -91,8 +91,17 @@ constexpr int kMaxYsBytes = 96 * 1024;  // the launcher adds blocks until y fits
 // job's loads are issued, or before them with kReadyFirst. (Two alternating register sets instead
 // of the copy cur = nxt were measured slower on the H200: examples/results "h200-mma-down" run 1,
 // and again for the tensor-core gate/up at 1 token in "h200-timeline" run 4.)
-template <class Loads, bool kReadyFirst = false, class Issue, class Ready, class Compute>
-SMALLM_DEV void run_jobs(int first, int njobs, int G, Issue& issue, Ready& ready, Compute& compute) {
+// `settle(cur)`, before the next job's loads are issued, returns 0 computed from this job's loaded
+// registers; the next job's index is offset by it, so that its loads cannot be issued before this
+// job's have arrived (NoSettle: the constant 0, no such order).
+struct NoSettle {
+  template <class L>
+  SMALLM_DEV int operator()(L&) const {
+    return 0;
+  }
+};
+template <class Loads, bool kReadyFirst = false, class Issue, class Ready, class Compute, class Settle = NoSettle>
+SMALLM_DEV void run_jobs(int first, int njobs, int G, Issue& issue, Ready& ready, Compute& compute, Settle settle = {}) {
   int job = first;
   Loads cur, nxt;
   if (kReadyFirst) ready();
@@ -100,7 +109,7 @@ SMALLM_DEV void run_jobs(int first, int njobs, int G, Issue& issue, Ready& ready
   if (!kReadyFirst) ready();
   while (job < njobs) {
     const int jn = job + G;
-    if (jn < njobs) issue(jn, nxt);
+    if (jn < njobs) issue(jn + settle(cur), nxt);
     compute(job, cur);
     cur = nxt;
     job = jn;
@@ -433,8 +442,9 @@ SMALLM_DEV void stage_x_finish(const MoeArgs& a, uint16_t* xs, int* xmax) {
 // the warp's steps on tensor cores, reduces over the warps and writes h = silu(gate) * up.
 // kFull: every warp has all kJ steps (nsteps == 8 kJ), so the steps need no guards and their MMA
 // chains can interleave; MXFP4 steps accumulate in two independent chains (cs, cs2). FP8 takes its
-// steps in pairs under one guard (below).
-template <int Fmt, int kJ, bool kFull, int kTeams>
+// steps in pairs under one guard (below). kFirstApart: the first pass outside the pass loop (see the
+// kernel's kSettle).
+template <int Fmt, int kJ, bool kFull, int kTeams, bool kFirstApart>
 SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, const uint16_t* xs, int& buf, int job,
                                int tiles, int nsteps, PairToken ptok, GateUpMmaLoads<kJ>& L) {
   using F = Format<Fmt>;
@@ -451,7 +461,7 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, con
   // (jobs in the steady state 16 % longer, fewer instructions), though 1-4 % faster at 16-20 tokens
   // and at TP8 1-2 (examples/results "h200-ab7" run 3); MXFP4 gained 1-2 % (run 2).
   auto token = [&](int p) { return kFp4 ? ptok(p) : p / a.K; };
-  for (int m0 = 0; m0 < M; m0 += kMmaPairs) {
+  auto pass = [&](int m0) {
     const int mc = imin(kMmaPairs, M - m0);
     const bool live = pm < mc;
     const uint16_t* xr = xs + (size_t)token(R.plist[beg + m0 + (live ? pm : 0)]) * a.D + q * F::kElems +
@@ -526,6 +536,15 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, con
       }
     }
     buf ^= 1;  // the next pass writes the other buffer; the one after waits behind this barrier
+  };
+  if constexpr (kFirstApart) {
+    // The first pass (every job has one) outside the loop, so that the wait for this job's loads is
+    // not taken at the loop's head, where the compiler waits for all loads in flight, the next
+    // job's included (sm_90a SASS).
+    pass(0);
+    for (int m0 = kMmaPairs; m0 < M; m0 += kMmaPairs) pass(m0);
+  } else {
+    for (int m0 = 0; m0 < M; m0 += kMmaPairs) pass(m0);
   }
 }
 #endif
@@ -602,16 +621,42 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   // MXFP4 was slower that way (TP4 1 token 17.2 -> 18.0 us, TP8 11.8 -> 12.7), and two-team blocks
   // (16-20 tokens) 0-1 %: they stage x after the first job's loads are issued.
   constexpr bool kStageXFirst = !kFp4 && kTeams == 1;
+  // MXFP4 in one-team row-major blocks with kJ = 4 (Qwen3.5 at 1-9 tokens on the H200) waits for this
+  // job's loads before the next job's are issued (run_jobs' settle) and takes the job's first pass
+  // apart: TP4 1-8 tokens 7-9 % faster, TP8 3-8 tokens 6-8 % and 1 token 1 % (examples/results
+  // "h200-ab12" run 1). Only in this kernel does the SASS show the wait moved ahead of the next
+  // job's loads; two-team blocks (10+ tokens) were 2-4 % slower with the same change, and the
+  // shuffled and kJ = 8 kernels still waited, so they keep the plain loop.
+  constexpr bool kSettle = kFp4 && kTeams == 1 && Layout == kRowMajor && kJ == 4;
   auto stage_x = [&] {  // block-wide barriers (both teams)
     stage_x_finish<kFp4, kBlockThreads>(a, xs, S.xmax);
     SMALLM_TL_MARK(0, kTlReady);
   };
   auto jobs = [&](auto full) {  // full = 1: every warp has all kJ steps (gateup_mma_job's kFull)
     auto compute = [&](int job, Loads& L) {
-      gateup_mma_job<Fmt, kJ, decltype(full)::value != 0, kTeams>(a, S, xs, buf, job, tiles, nsteps, ptok, L);
+      gateup_mma_job<Fmt, kJ, decltype(full)::value != 0, kTeams, kSettle>(a, S, xs, buf, job, tiles, nsteps, ptok, L);
       SMALLM_TL_MARK(0, kTlJob0 + imin((job - vb) / G, 5));
     };
-    run_jobs<Loads, kStageXFirst>(vb, njobs, G, issue, stage_x, compute);
+    if constexpr (kSettle) {
+      // This job's loads are waited for before the next job's are issued. All of them count on one
+      // scoreboard, and the compiler waits for it to drain: issued first, the next job's loads were
+      // waited for before this job's compute began (sm_90a SASS), so no load overlapped a compute.
+      // FP8's loop already waits in this order.
+      // The next job's index depends (through a zero the compiler cannot see: T < 2^31) on words of
+      // the first and last of this job's loads, so its loads wait for them; an empty asm barrier on
+      // the registers reads nothing in SASS and moved no wait.
+      const uint32_t zero = (uint32_t)a.T >> 31;
+      auto settle = [&](Loads& L) {
+        uint32_t z;
+        asm volatile("{\n.reg .b32 t;\nor.b32 t, %1, %2;\nor.b32 t, t, %3;\nand.b32 %0, t, %4;\n}"
+                     : "=r"(z)
+                     : "r"(L.v[0].w[0]), "r"(L.v[kJ - 1].w[3]), "r"(L.b[kJ - 1]), "r"(zero));
+        return (int)z;
+      };
+      run_jobs<Loads, kStageXFirst>(vb, njobs, G, issue, stage_x, compute, settle);
+    } else {
+      run_jobs<Loads, kStageXFirst>(vb, njobs, G, issue, stage_x, compute);
+    }
   };
   if (kFp4 && nsteps == kWarps * kJ)
     jobs(IntC<1>{});
