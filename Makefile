@@ -11,6 +11,8 @@ $(BIN)/python:
 
 setup: $(BIN)/python
 	$(BIN)/pip install -q sglang==0.5.23 "pluggy>=1.3" pytest ziglang matplotlib
+	# cuobjdump + nvdisasm: the CPU tests read the sm_90a SASS of the kernels (tests/test_kernel_compile.py)
+	$(BIN)/pip install -q "nvidia-cuda-cuobjdump>=13" "nvidia-cuda-nvdisasm>=13"
 	# builds the kernels when torch has CUDA/ROCm and a toolkit is present; else pure Python (it says why)
 	$(BIN)/pip install -q --no-build-isolation --no-deps -e .
 
