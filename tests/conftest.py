@@ -1,6 +1,9 @@
 """Shared fixtures. One SGLang setup per test process (importing its layer modules is slow)."""
 
+import importlib.util
 import os
+import pathlib
+import sys
 
 import pytest
 import torch
@@ -31,3 +34,14 @@ def seeds(n=5):
 @pytest.fixture
 def gen():
     return torch.Generator().manual_seed(1234)
+
+
+@pytest.fixture(scope="session")
+def scoreboards():
+    """examples/sass/scoreboards.py (a script, not part of the package) as a module."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "sass" / "scoreboards.py"
+    spec = importlib.util.spec_from_file_location("scoreboards", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["scoreboards"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod

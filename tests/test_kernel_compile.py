@@ -306,19 +306,8 @@ def _cuobjdump():
     return str(found[0]) if found else None
 
 
-def _scoreboards():
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("scoreboards", HIP.parent / "examples" / "sass" / "scoreboards.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["scoreboards"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
-def sm90a_sass(sm90a_build):
+def sm90a_sass(sm90a_build, scoreboards):
     """The package build's sm_90a SASS, by kernel: {mangled name: [(instruction, control bits)]}."""
     if _cuobjdump() is None:
         pytest.skip("cuobjdump not installed (make setup installs the nvidia-cuda-cuobjdump wheel)")
@@ -328,7 +317,7 @@ def sm90a_sass(sm90a_build):
     assert len(cubins) == 1, cubins
     d = subprocess.run([_cuobjdump(), "-sass", str(cubins[0])], capture_output=True, text=True, timeout=300)
     assert d.returncode == 0, d.stderr[-2000:]
-    return _scoreboards().parse(d.stdout)
+    return scoreboards.parse(d.stdout)
 
 
 def _waits_before_mma(events):
@@ -354,11 +343,10 @@ def _waits_before_mma(events):
     # proof that it finds such a wait in real SASS. Should it stop waiting, move it up.
     ("_ZN6smallm24smallm_gateup_mma_kernelILi1ELi0ELi4ELi2EEEvNS_7MoeArgsE", True),
 ])
-def test_gateup_job_loop_wait_order(sm90a_sass, kernel, waits):
+def test_gateup_job_loop_wait_order(sm90a_sass, scoreboards, kernel, waits):
     """Where the tensor-core gate/up waits for its weight loads, from the control bits of its sm_90a
     SASS: all of a job's and the next job's loads count on one scoreboard, so a wait placed after the
     next job's loads are issued also waits for them. The measured gain (MXFP4 1-9 tokens 5-9 %,
     "h200-ab12") rests on this order, which the compiler, not the source, decides."""
-    sb = _scoreboards()
     assert kernel in sm90a_sass, sorted(k for k in sm90a_sass if "gateup_mma" in k)
-    assert _waits_before_mma(sb.events(sm90a_sass[kernel])) == waits
+    assert _waits_before_mma(scoreboards.events(sm90a_sass[kernel])) == waits

@@ -5,13 +5,8 @@ sm_90a build, 7ff4540): the first job's first weight load, the instruction that 
 that job's loads before the second job's are issued, a load of the second job, and a shared-memory
 load whose result the MMA after it reads. The MMA's wait on the shared-memory load's scoreboard
 checks the bit positions against a dependency the compiler had to honour."""
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
 
 SASS = """
         Function : _ZN6smallm24smallm_gateup_mma_kernelILi0ELi0ELi8ELi1EEEvNS_7MoeArgsE
@@ -29,12 +24,8 @@ SASS = """
 
 
 @pytest.fixture(scope="module")
-def sb():
-    spec = importlib.util.spec_from_file_location("scoreboards", ROOT / "examples" / "sass" / "scoreboards.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["scoreboards"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+def sb(scoreboards):
+    return scoreboards
 
 
 def test_control_bits(sb):
