@@ -108,8 +108,11 @@ SMALLM_DEV void run_jobs(int first, int njobs, int G, Issue& issue, Ready& ready
   if (job < njobs) issue(job, cur);
   if (!kReadyFirst) ready();
   while (job < njobs) {
-    const int jn = job + G;
-    if (jn < njobs) issue(jn + settle(cur), nxt);
+    // The settle is part of the next index itself (not only of the issued one), so the wait for this
+    // job's loads is taken on every path, also where there is no next job: else the compiler sinks it
+    // into the issuing branch and waits again after it, for the next job's loads too (two-team blocks).
+    const int jn = job + G + settle(cur);
+    if (jn < njobs) issue(jn, nxt);
     compute(job, cur);
     cur = nxt;
     job = jn;
@@ -621,13 +624,14 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   // MXFP4 was slower that way (TP4 1 token 17.2 -> 18.0 us, TP8 11.8 -> 12.7), and two-team blocks
   // (16-20 tokens) 0-1 %: they stage x after the first job's loads are issued.
   constexpr bool kStageXFirst = !kFp4 && kTeams == 1;
-  // MXFP4 in one-team row-major blocks with kJ = 4 (Qwen3.5 at 1-9 tokens on the H200) waits for this
-  // job's loads before the next job's are issued (run_jobs' settle) and takes the job's first pass
-  // apart: TP4 1-8 tokens 7-9 % faster, TP8 3-8 tokens 6-8 % and 1 token 1 % (examples/results
-  // "h200-ab12" run 1). Only in this kernel does the SASS show the wait moved ahead of the next
-  // job's loads; two-team blocks (10+ tokens) were 2-4 % slower with the same change, and the
-  // shuffled and kJ = 8 kernels still waited, so they keep the plain loop.
-  constexpr bool kSettle = kFp4 && kTeams == 1 && Layout == kRowMajor && kJ == 4;
+  // MXFP4 in row-major blocks with kJ = 4 (Qwen3.5 on the H200) waits for this job's loads before the
+  // next job's are issued (run_jobs' settle) and takes the job's first pass apart. One team (1-9
+  // tokens): TP4 1-8 tokens 7-9 % faster, TP8 3-8 tokens 6-8 % (examples/results "h200-ab12" runs
+  // 1-2). Two teams (10-20 tokens), once the settle was part of the next index on every path: 7-11 %
+  // (run 5; before that the compiler sank the wait into the issuing branch and waited again after
+  // it, and the change was 2-4 % slower, run 1). The shuffled and kJ = 8 kernels still waited for the
+  // next job's loads in run 1's form and were not measured since; they keep the plain loop.
+  constexpr bool kSettle = kFp4 && Layout == kRowMajor && kJ == 4;
   auto stage_x = [&] {  // block-wide barriers (both teams)
     stage_x_finish<kFp4, kBlockThreads>(a, xs, S.xmax);
     SMALLM_TL_MARK(0, kTlReady);
