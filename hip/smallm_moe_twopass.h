@@ -641,26 +641,28 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
       gateup_mma_job<Fmt, kJ, decltype(full)::value != 0, kTeams, kSettle>(a, S, xs, buf, job, tiles, nsteps, ptok, L);
       SMALLM_TL_MARK(0, kTlJob0 + imin((job - vb) / G, 5));
     };
-    if constexpr (kSettle) {
-      // This job's loads are waited for before the next job's are issued. All of them count on one
-      // scoreboard, and the compiler waits for it to drain: issued first, the next job's loads were
-      // waited for before this job's compute began (sm_90a SASS), so no load overlapped a compute.
-      // FP8's loop already waits in this order.
-      // The next job's index depends (through a zero the compiler cannot see: T < 2^31) on words of
-      // the first and last of this job's loads, so its loads wait for them; an empty asm barrier on
-      // the registers reads nothing in SASS and moved no wait.
-      const uint32_t zero = (uint32_t)a.T >> 31;
-      auto settle = [&](Loads& L) {
+    // kSettle: this job's loads are waited for before the next job's are issued. All of them count on
+    // one scoreboard, and the compiler waits for it to drain: issued first, the next job's loads were
+    // waited for before this job's compute began (sm_90a SASS), so no load overlapped a compute. (The
+    // FP8 one-team loop already waits in this order; the FP8 two-team one does not, see
+    // examples/results "h200-ab12/prepared".) The next job's index depends, through a zero the
+    // compiler cannot see (T < 2^31), on words of the first and last of this job's loads, so its loads
+    // wait for them; an empty asm barrier on the registers reads nothing in SASS and moved no wait.
+    // Elsewhere the settle is the constant 0.
+    [[maybe_unused]] const uint32_t zero = (uint32_t)a.T >> 31;
+    auto settle = [&](Loads& L) -> int {
+      if constexpr (kSettle) {
         uint32_t z;
         asm volatile("{\n.reg .b32 t;\nor.b32 t, %1, %2;\nor.b32 t, t, %3;\nand.b32 %0, t, %4;\n}"
                      : "=r"(z)
                      : "r"(L.v[0].w[0]), "r"(L.v[kJ - 1].w[3]), "r"(L.b[kJ - 1]), "r"(zero));
         return (int)z;
-      };
-      run_jobs<Loads, kStageXFirst>(vb, njobs, G, issue, stage_x, compute, settle);
-    } else {
-      run_jobs<Loads, kStageXFirst>(vb, njobs, G, issue, stage_x, compute);
-    }
+      } else {
+        (void)L;
+        return 0;
+      }
+    };
+    run_jobs<Loads, kStageXFirst>(vb, njobs, G, issue, stage_x, compute, settle);
   };
   if (kFp4 && nsteps == kWarps * kJ)
     jobs(IntC<1>{});

@@ -6,8 +6,6 @@ that job's loads before the second job's are issued, a load of the second job, a
 load whose result the MMA after it reads. The MMA's wait on the shared-memory load's scoreboard
 checks the bit positions against a dependency the compiler had to honour."""
 
-import pytest
-
 SASS = """
         Function : _ZN6smallm24smallm_gateup_mma_kernelILi0ELi0ELi8ELi1EEEvNS_7MoeArgsE
         /*6190*/              @!P5 LDG.E.EF.128 R12, desc[UR10][R46.64] ;                            /* 0x0000000a2e0cd981 */
@@ -23,12 +21,8 @@ SASS = """
 """
 
 
-@pytest.fixture(scope="module")
-def sb(scoreboards):
-    return scoreboards
-
-
-def test_control_bits(sb):
+def test_control_bits(scoreboards):
+    sb = scoreboards
     kernels = sb.parse(SASS)
     assert list(kernels) == ["_ZN6smallm24smallm_gateup_mma_kernelILi0ELi0ELi8ELi1EEEvNS_7MoeArgsE"]
     insns = list(kernels.values())[0]
@@ -41,7 +35,8 @@ def test_control_bits(sb):
     assert hmma.stall == 15
 
 
-def test_events_show_the_wait_between_the_two_jobs_loads(sb):
+def test_events_show_the_wait_between_the_two_jobs_loads(scoreboards):
+    sb = scoreboards
     insns = list(sb.parse(SASS).values())[0]
     assert sb.events(insns) == [(0, "LDG5", 1), (1, "W5:SEL", 1), (2, "LDG5", 1), (4, "HMMA", 1)]
     assert sb.events(insns, start=2) == [(2, "LDG5", 1), (4, "HMMA", 1)]
