@@ -631,7 +631,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   // (run 5; before that the compiler sank the wait into the issuing branch and waited again after
   // it, and the change was 2-4 % slower, run 1). The shuffled and kJ = 8 kernels still waited for the
   // next job's loads in run 1's form and were not measured since; they keep the plain loop.
-  constexpr bool kSettle = kFp4 && Layout == kRowMajor && kJ == 4;
+  constexpr bool kSettle = Layout == kRowMajor && (kFp4 ? kJ == 4 : kTeams == 2 && kJ == 8);
   auto stage_x = [&] {  // block-wide barriers (both teams)
     stage_x_finish<kFp4, kBlockThreads>(a, xs, S.xmax);
     SMALLM_TL_MARK(0, kTlReady);
@@ -655,7 +655,8 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
         uint32_t z;
         asm volatile("{\n.reg .b32 t;\nor.b32 t, %1, %2;\nor.b32 t, t, %3;\nand.b32 %0, t, %4;\n}"
                      : "=r"(z)
-                     : "r"(L.v[0].w[0]), "r"(L.v[kJ - 1].w[3]), "r"(L.b[kJ - 1]), "r"(zero));
+                     : "r"(L.v[0].w[0]), "r"(L.v[kJ - 1].w[3]),
+                       "r"(kFp4 ? L.b[kJ - 1] : __float_as_uint(L.s[kJ - 1])), "r"(zero));
         return (int)z;
       } else {
         (void)L;
