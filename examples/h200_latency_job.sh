@@ -7,7 +7,9 @@
 # SGLang's Triton FP8 peer (.peer/, carry [".peer"]) at TOKENS. SELFTOKENS: the selftest also at these
 # token counts (SEEDS seeds, every shape); MEMTOKENS: memcheck's token counts (default 1,8).
 # BENCH_AB=1: also a package built from a baseline tree's hip/ (.ab/base, made as in
-# h200_ab_job.sh; carry ".ab"), benched right after this tree's.
+# h200_ab_job.sh; carry ".ab"), benched right after this tree's. NEW_ENVS (';'-separated settings, e.g.
+# "SMALLM_GATEUP_TEAMS=2"): this tree benched again with each, at ENVTOKENS (default TOKENS), both formats.
+# PEERTOKENS: the peer's token counts (default TOKENS).
 source examples/h200_common.sh
 T=${TOKENS:-1,2,4,8}
 MT=${MXTOKENS:-$T}
@@ -51,8 +53,10 @@ if [ "${BENCH:-1}" = 1 ]; then
   wait  # the baseline package (BENCH_AB), the timeline build
   bench_formats "" "$T" "$MT"
   [ "${BENCH_AB:-0}" = 1 ] && bench_pkg _base /tmp/basepkg "$OUT/base_build.log" "$T" "$MT"
+  IFS=';' read -ra envs <<< "${NEW_ENVS:-}"
+  for ev in "${envs[@]}"; do bench_formats "_${ev// /,}" "${ENVTOKENS:-$T}" "${ENVTOKENS:-$MT}" $ev; done  # $ev unquoted: one word per variable
 fi
-peer_stage "$T"
+peer_stage "${PEERTOKENS:-$T}"
 stamp done
 [ -e "$OUT/timeline.log" ] && grep -A14 "^## timeline 0 1 256" "$OUT/timeline.log" | cut -c1-80
 ls "$OUT"/bench_*.log > /dev/null 2>&1 && bench_summary "$OUT"/bench_*.log
