@@ -91,7 +91,7 @@ def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda
         ids = [torch.unique(c.topk_ids[(c.topk_ids >= 0) & (c.topk_ids < shape.experts)]).to(torch.int32) for c in calls]
         floor = time_read_floor(flats, ids, eb)
         roof = nbytes / bw * 1e6
-        plan = kernels.kernel_plan(arch, weight_format, t, shape.slots, shape.hidden, shape.inter)
+        plan = kernels.kernel_plan(arch, weight_format, t, shape.slots, shape.hidden, shape.inter, layout=layout)
         row = dict(shape=shape.name, format=weight_format, layout=layout, tokens=t, distinct=nd,
                    mbytes=nbytes / 1e6, kernel_us=us, roofline_us=roof, frac_roofline=roof / us,
                    read_floor_us=floor, over_floor=us / floor, in_cap=t <= cap, fallback_us=None, kernels=plan)

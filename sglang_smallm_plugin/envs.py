@@ -42,7 +42,8 @@ X_PREFETCH = Switch("SMALLM_X_PREFETCH", "1",
 
 GATEUP_TEAMS = Switch("SMALLM_GATEUP_TEAMS", "",
                       "A/B switch (CUDA, tensor-core gate/up): 1 or 2 teams of 256 threads per block; unset: 2 "
-                      "when two one-team blocks would pass the 196 KB shared-memory carveout, else 1")
+                      "for FP8 row-major with kJ = 8 (2048 < D <= 4096) from 2 tokens (kFp8TeamsMinTokens), "
+                      "and when two one-team blocks would pass the 196 KB shared-memory carveout, else 1")
 DOWN_TEAMS = Switch("SMALLM_DOWN_TEAMS", "",
                     "A/B switch (CUDA, tensor-core down): 1 or 2 teams of 256 threads per block; unset: 2 "
                     "from 33 token-slot pairs (kDownTeamsMinPairs), else 1")

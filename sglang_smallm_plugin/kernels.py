@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from .calls import AITER_SORT, FP8_BLOCK128, MXFP4, SHUFFLE16, MoeCall, SortCall, SortOutput
+from .calls import AITER_SORT, FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16, MoeCall, SortCall, SortOutput
 from .gate import MAX_PAIRS
 from .reference.sorting import scale_cols, triton_buffer_sizes
 from .sort_gate import PATH_CODES
@@ -57,6 +57,7 @@ def variant_note() -> str:
 # hip/smallm_moe.hip smallm_moe_launch / launch_twopass and the fits helpers of
 # hip/smallm_moe_twopass.h. tests/test_kernel_plan.py reads these constants from the headers.
 THREADS = 256                     # kThreads
+WARPS = THREADS // 32             # kWarps: warps of a team
 X_STAGE_BYTES = 160 * 1024        # kXStageBytes: x as f16 for the tensor-core gate/up
 DOWN_MMA_SMEM_BYTES = 207 * 1024  # kDownMmaSmemBytes: the tensor-core down's y, 2^e, weights and h (hi + lo)
 DOWN_MMA_ROWS = 16                # kDownMmaRows: output rows per row-block of the tensor-core down
@@ -68,6 +69,7 @@ H200_SMS = 132                    # the SM count kernel_plan assumes where no CU
 TWO_BLOCK_CARVEOUT_BYTES = 196 * 1024  # kTwoBlockCarveoutBytes (hip/smallm_moe.hip)
 BLOCK_RESERVED_SMEM_BYTES = 1024       # kBlockReservedSmemBytes
 DOWN_TEAMS_MIN_PAIRS = 33              # kDownTeamsMinPairs: the tensor-core down in two teams from here
+FP8_TEAMS_MIN_TOKENS = 2               # kFp8TeamsMinTokens: FP8 row-major gate/up with kJ = 8 in two teams from here
 # The one-team tensor-core gate/up's static shared memory as ptxas reports it for sm_90a (the
 # launcher reads it from the kernel; this mirror only words the log line).
 GATEUP_STATIC_SMEM_BYTES = 24704
@@ -82,6 +84,11 @@ def _gateup_mma_fits(fmt: str, T: int, D: int) -> bool:
     """gateup_mma_fits<Fmt>: x fits the f16 stage and every warp takes at most 8 steps."""
     step = _mma_step_values(fmt)
     return T * D * 2 <= X_STAGE_BYTES and D % step == 0 and D // step <= 64
+
+
+def _gateup_mma_kj(fmt: str, D: int) -> int:
+    """The tensor-core gate/up's kJ (steps per warp and job): 4 where D takes at most 4 per warp, else 8."""
+    return 4 if D // _mma_step_values(fmt) <= 4 * WARPS else 8
 
 
 def _twopass_fits(fmt: str, D: int) -> bool:
@@ -161,7 +168,8 @@ def mma_split_tokens(fmt: str, T: int, D: int) -> int:
     return -(-T // parts)
 
 
-def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Optional[int] = None) -> str:
+def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Optional[int] = None,
+                layout: str = ROW_MAJOR) -> str:
     """The kernels the launcher runs for a call of this shape, and why, in words (sms: the device's
     SM count; the current CUDA device's, else the H200's)."""
     from . import envs
@@ -183,7 +191,7 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
     if envs.MMA_SPLIT.enabled() and 0 < part < T:
         parts = -(-T // part)
         return (f"{parts} calls of at most {part} tokens (x as f16 is {x_bytes} B, over the {X_STAGE_BYTES} B "
-                f"stage), each " + kernel_plan(arch, fmt, part, K, D, I, sms))
+                f"stage), each " + kernel_plan(arch, fmt, part, K, D, I, sms, layout))
     if not _gateup_mma_fits(fmt, T, D):
         return (f"two-pass (variant 5): gate/up and down on CUDA cores (x as f16 is {x_bytes} B, over the "
                 f"{X_STAGE_BYTES} B stage{': SMALLM_MMA_SPLIT=0' if part else ''})")
@@ -194,6 +202,10 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
     elif 2 * (GATEUP_STATIC_SMEM_BYTES + x_bytes + BLOCK_RESERVED_SMEM_BYTES) > TWO_BLOCK_CARVEOUT_BYTES:
         gateup = (f"gate/up on tensor cores (2 teams per block, x once per SM: two blocks of x {x_bytes} B would "
                   f"pass the {TWO_BLOCK_CARVEOUT_BYTES // 1024} KB shared-memory carveout)")
+    elif (fmt == FP8_BLOCK128 and layout == ROW_MAJOR and _gateup_mma_kj(fmt, D) == 8
+          and T >= FP8_TEAMS_MIN_TOKENS):
+        gateup = (f"gate/up on tensor cores (2 teams per block: FP8 row-major, {T} tokens >= "
+                  f"{FP8_TEAMS_MIN_TOKENS}, where its job loop settles each job's loads)")
     else:
         gateup = "gate/up on tensor cores"
     lo_bytes, lo_why = down_mma_lo_bytes(fmt, T * K, I, D, sms or _device_sms())

@@ -103,7 +103,7 @@ class MoeSelector:
         plan = ""
         if decision.path == "kernel:smallm-compiled":
             plan = kernels.kernel_plan(kernels.device_info(call.x.device).arch, call.weight_format,
-                                       call.num_tokens, call.top_k, call.hidden, call.inter)
+                                       call.num_tokens, call.top_k, call.hidden, call.inter, layout=call.layout)
         log_once((call.shape_key(), decision.path, plan),
                  "sglang-smallm: layer %s %s E=%d D=%d I=%d K=%d tokens=%d -> %s (%s)%s%s",
                  call.layer_id, call.weight_format, call.num_experts, call.hidden, call.inter, call.top_k,

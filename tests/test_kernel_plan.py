@@ -29,6 +29,8 @@ def test_constants_match_the_headers():
     assert kernels.TWO_BLOCK_CARVEOUT_BYTES == _cpp_const("kTwoBlockCarveoutBytes")
     assert kernels.BLOCK_RESERVED_SMEM_BYTES == _cpp_const("kBlockReservedSmemBytes")
     assert kernels.DOWN_TEAMS_MIN_PAIRS == _cpp_const("kDownTeamsMinPairs")
+    assert kernels.FP8_TEAMS_MIN_TOKENS == _cpp_const("kFp8TeamsMinTokens")
+    assert kernels.WARPS == _cpp_const("kThreads") // 32  # CUDA's kWarp (the tensor-core kernels are CUDA's)
     # the fixed counters of the sync workspace (ticket, exit) precede done1 and used1
     assert kernels.SYNC_FIXED_WORDS == _cpp_const("kSyncDone1") + 2 * _cpp_const("kMaxPairs")
 
@@ -66,11 +68,12 @@ def env(monkeypatch):
 
 @pytest.mark.parametrize("T, K, I, expect", [
     (1, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP4
-    (2, 11, 128, "gate/up on tensor cores, down on tensor cores"),        # 22 pairs: one-team down
-    (3, 11, 256, "gate/up on tensor cores, down on tensor cores (2 teams per block: 33 pairs >= 33)"),
-    (8, 11, 128, "gate/up on tensor cores, down on tensor cores (2 teams"),  # Qwen3.5 TP8 (H200 cap 40, split above 20)
-    (8, 11, 256, "gate/up on tensor cores, down on tensor cores (2 teams"),  # h: 88 * 264 * 4 B
-    (9, 11, 256, "gate/up on tensor cores, down on"),                      # 2 x (24704 + 73728 + 1024) B fit 196 KB
+    (2, 11, 128, "gate/up on tensor cores (2 teams per block: FP8 row-major, 2 tokens >= 2, where its job loop "
+                 "settles each job's loads), down on tensor cores"),      # 22 pairs: one-team down
+    (3, 11, 256, "3 tokens >= 2, where its job loop settles each job's loads), down on tensor cores (2 teams per block: 33 pairs >= 33)"),
+    (8, 11, 128, "8 tokens >= 2, where its job loop settles each job's loads), down on tensor cores (2 teams"),  # Qwen3.5 TP8
+    (8, 11, 256, "loads), down on tensor cores (2 teams"),                 # h: 88 * 264 * 4 B
+    (9, 11, 256, "gate/up on tensor cores (2 teams per block: FP8 row-major, 9 tokens"),  # though 2 x (24704 + 73728 + 1024) B fit 196 KB
     (10, 11, 256, "gate/up on tensor cores (2 teams per block, x once per SM: two blocks of x 81920 B would pass "
                   "the 196 KB shared-memory carveout), down on tensor cores (2 teams per block: 110 pairs >= 33)"),
     (14, 11, 256, "x once per SM"),
@@ -86,6 +89,22 @@ def env(monkeypatch):
 ])
 def test_h200_fp8_plan(env, T, K, I, expect):
     assert expect in kernels.kernel_plan("sm_90", "fp8_block128", T, K, 4096, I)
+
+
+@pytest.mark.parametrize("T, D, layout, expect", [
+    (8, 4096, "shuffle16", "gate/up on tensor cores, down"),      # the rule is for the row-major kernel (measured)
+    (8, 2048, "row_major", "gate/up on tensor cores, down"),      # kJ = 4: 32 steps of 64 values, 4 per warp
+    (8, 3072, "row_major", "gate/up on tensor cores (2 teams per block: FP8 row-major, 8 tokens"),  # 48 steps: kJ = 8
+    (1, 4096, "row_major", "gate/up on tensor cores, down"),      # one token: one team (TP8 0.2 us faster)
+])
+def test_h200_fp8_gateup_teams_rule(env, T, D, layout, expect):
+    assert expect in kernels.kernel_plan("sm_90", "fp8_block128", T, 11, D, 256, layout=layout)
+
+
+def test_forced_gateup_teams_override_the_fp8_rule(env):
+    env.setenv("SMALLM_GATEUP_TEAMS", "1")
+    assert "gate/up on tensor cores (1 team per block: SMALLM_GATEUP_TEAMS=1)" in kernels.kernel_plan(
+        "sm_90", "fp8_block128", 8, 11, 4096, 256)
 
 
 @pytest.mark.parametrize("T, K, I, expect", [
