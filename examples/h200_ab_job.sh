@@ -3,8 +3,10 @@
 # the timeline harness (examples/timeline) built from both, run in turn (base, new, base, new) on
 # the same cases; then the package built from this tree and its selftest. The baseline is a copy of
 # hip/ and examples/timeline/ from an earlier commit, made here beforehand and carried:
-#   mkdir -p .ab/base && git archive <commit> hip examples/timeline | tar -x -C .ab/base
-# and the device call takes carry [".ab"] (with ".peer" for PEER=1).
+#   mkdir -p .ab/base && git archive <commit> hip examples/timeline | tar -x -C .ab/base && git rev-parse <commit> > .ab/base/COMMIT
+# and the device call takes carry [".ab"] (with ".peer" for PEER=1). Make it here, not in the device
+# command: there `git archive HEAD` read a repository whose HEAD was the session's first commit, not the
+# checkout's ("h200-ab13" run 4). The job prints .ab/base/COMMIT where it exists.
 # Switches: CASES ("FMT T I" items, ';'-separated), ITERS, NEW_ENVS (';'-separated environment
 # settings, e.g. "SMALLM_BULK_H=0" or "A=1 B=1": each one more column, this tree run with it), SELFTEST=1 (moe at
 # SEEDS seeds and TOKENS, and edge), MEMCHECK=1 (compute-sanitizer on selftest at MEMTOKENS, default 1,8),
@@ -22,6 +24,7 @@ BASE=${AB_BASE:-$R/.ab/base}
 CASES=${CASES:-0 1 256;0 4 256;0 8 256;1 1 256;1 8 256;0 1 128;0 8 128;0 10 128}
 T=${TOKENS:-1,3,4,8,10}
 [ -d "$BASE/hip" ] || { echo "no baseline at $BASE (see the header)"; exit 2; }
+echo "baseline: $(cat "$BASE/COMMIT" 2>/dev/null || echo "unrecorded (no $BASE/COMMIT)")" | tee "$OUT/baseline.txt"
 TLB="nvcc -std=c++17 -arch=sm_90a -O3 -DSMALLM_TIMELINE"
 ( $TLB -I"$BASE/hip" "$BASE/examples/timeline/timeline.cu" -o /tmp/timeline_base > "$OUT/timeline_base_build.log" 2>&1 ) &
 ( $TLB -Ihip examples/timeline/timeline.cu -o /tmp/timeline_new > "$OUT/timeline_new_build.log" 2>&1 ) &
