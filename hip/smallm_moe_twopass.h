@@ -629,8 +629,10 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   // tokens): TP4 1-8 tokens 7-9 % faster, TP8 3-8 tokens 6-8 % (examples/results "h200-ab12" runs
   // 1-2). Two teams (10-20 tokens), once the settle was part of the next index on every path: 7-11 %
   // (run 5; before that the compiler sank the wait into the issuing branch and waited again after
-  // it, and the change was 2-4 % slower, run 1). The shuffled and kJ = 8 kernels still waited for the
-  // next job's loads in run 1's form and were not measured since; they keep the plain loop.
+  // it, and the change was 2-4 % slower, run 1). FP8 row-major in two-team blocks with kJ = 8 (the
+  // launcher's choice from 2 tokens at D = 4096) the same way: 10-16 tokens 10-13 % faster ("h200-ab13"
+  // run 1). The FP8 one-team loop already waits in this order without it. The shuffled kernels and
+  // MXFP4 with kJ = 8 still wait for the next job's loads (not measured since); they keep the plain loop.
   constexpr bool kSettle = Layout == kRowMajor && (kFp4 ? kJ == 4 : kTeams == 2 && kJ == 8);
   auto stage_x = [&] {  // block-wide barriers (both teams)
     stage_x_finish<kFp4, kBlockThreads>(a, xs, S.xmax);
@@ -643,11 +645,10 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
     };
     // kSettle: this job's loads are waited for before the next job's are issued. All of them count on
     // one scoreboard, and the compiler waits for it to drain: issued first, the next job's loads were
-    // waited for before this job's compute began (sm_90a SASS), so no load overlapped a compute. (The
-    // FP8 one-team loop already waits in this order; the FP8 two-team one does not, see
-    // examples/results "h200-ab12/prepared".) The next job's index depends, through a zero the
-    // compiler cannot see (T < 2^31), on words of the first and last of this job's loads, so its loads
-    // wait for them; an empty asm barrier on the registers reads nothing in SASS and moved no wait.
+    // waited for before this job's compute began (sm_90a SASS), so no load overlapped a compute. The
+    // next job's index depends, through a zero the compiler cannot see (T < 2^31), on words of the
+    // first and last of this job's loads, so its loads wait for them; an empty asm barrier on the
+    // registers reads nothing in SASS and moved no wait.
     // Elsewhere the settle is the constant 0.
     [[maybe_unused]] const uint32_t zero = (uint32_t)a.T >> 31;
     auto settle = [&](Loads& L) -> int {
