@@ -70,6 +70,8 @@ def main(argv=None):
     d.add_argument("--experts", type=int, default=513)
     d.add_argument("--top-k", type=int, default=11, help="slots per token incl. fused shared experts")
     d.add_argument("--format", default=FP8_BLOCK128, choices=(FP8_BLOCK128, MXFP4))
+    d.add_argument("--layout", default=ROW_MAJOR, choices=(ROW_MAJOR, SHUFFLE16),
+                   help="weight layout the kernel plan is for (SGLang's FP8 path on CUDA: row_major)")
     d.add_argument("--arch", default=None, help="decision table for this arch instead of the local device")
     d.add_argument("--tokens", default="1,2,4,8,16,20,21,32,48,49,64")
     d.set_defaults(fn=cmd_doctor)

@@ -59,10 +59,11 @@ def main(a) -> int:
         _line(sw.name, f"{sw.get()!r}  ({sw.meaning})")
     arch = a.arch or (info.arch if info.kind != "cpu" else "gfx950")
     tokens = [int(t) for t in a.tokens.split(",") if t.strip()]
-    print(f"Gate decisions for D={a.hidden} I={a.inter} E={a.experts} K={a.top_k} {a.format} on {arch}"
+    print(f"Gate decisions for D={a.hidden} I={a.inter} E={a.experts} K={a.top_k} {a.format} {a.layout} on {arch}"
           + ("" if a.arch or info.kind != "cpu" else " (no GPU here: showing MI355X)"))
     for t, eligible, reason in gate.decision_table(arch, a.format, a.hidden, a.inter, a.experts, a.top_k, tokens):
-        plan = f"; runs {kernels.kernel_plan(arch, a.format, t, a.top_k, a.hidden, a.inter)}" if eligible else ""
+        plan = (f"; runs {kernels.kernel_plan(arch, a.format, t, a.top_k, a.hidden, a.inter, layout=a.layout)}"
+                if eligible else "")
         _line(f"tokens={t}", f"{'kernel  ' if eligible else 'fallback'}  {reason}{plan}")
     print("Rules (in order; the first failing one is the recorded reason)")
     print("  " + ", ".join(r.name for r in gate.RULES))

@@ -43,6 +43,16 @@ def test_doctor_names_the_kernels_per_token_count():
     assert "tokens=41                    fallback  tokens: 41 tokens > cap 40" in r.stdout
 
 
+def test_doctor_plans_for_the_given_layout():
+    # FP8 at 8 tokens (D=4096): two gate/up teams for row-major weights (kFp8TeamsMinTokens), one for
+    # AITER-shuffled ones (the rule was measured on the row-major kernel only)
+    row = _cli("doctor", "--arch", "sm_90", "--tokens", "8")
+    shuf = _cli("doctor", "--arch", "sm_90", "--tokens", "8", "--layout", "shuffle16x16")
+    assert "fp8_block128 row_major on sm_90" in row.stdout and "fp8_block128 shuffle16x16 on sm_90" in shuf.stdout
+    assert "gate/up on tensor cores (2 teams per block: FP8 row-major, 8 tokens >= 2" in row.stdout
+    assert "runs two-pass (variant 5): gate/up on tensor cores, down on tensor cores" in shuf.stdout
+
+
 def test_doctor_flags_whitelist_exclusion():
     r = _cli("doctor", env={"SGLANG_PLUGINS": "other"})
     assert "excludes smallm" in r.stdout

@@ -92,7 +92,7 @@ def test_h200_fp8_plan(env, T, K, I, expect):
 
 
 @pytest.mark.parametrize("T, D, layout, expect", [
-    (8, 4096, "shuffle16", "gate/up on tensor cores, down"),      # the rule is for the row-major kernel (measured)
+    (8, 4096, "shuffle16x16", "gate/up on tensor cores, down"),      # the rule is for the row-major kernel (measured)
     (8, 2048, "row_major", "gate/up on tensor cores, down"),      # kJ = 4: 32 steps of 64 values, 4 per warp
     (8, 3072, "row_major", "gate/up on tensor cores (2 teams per block: FP8 row-major, 8 tokens"),  # 48 steps: kJ = 8
     (1, 4096, "row_major", "gate/up on tensor cores, down"),      # one token: one team (TP8 0.2 us faster)
