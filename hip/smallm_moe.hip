@@ -320,9 +320,10 @@ int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // or 2 forces either (A/B runs).
 // FP8 row-major with kJ = 8 (2048 < D <= 4096; measured at 4096) takes two teams from
 // kFp8TeamsMinTokens tokens on, though two blocks would fit: since its two-team loop settles each
-// job's loads (the gate/up kernel's kSettle), two teams are faster at 2-9 tokens (TP4 8 tokens 79.8 -> 71.3 us, TP8 47.8 -> 42.3; 1 token equal at
-// TP4, 0.2 us slower at TP8; examples/results "h200-ab13" run 2, SMALLM_GATEUP_TEAMS=2 beside the
-// default). MXFP4 was slower at 1-6 tokens that way (TP4 1 token 16.2 -> 18.3 us) and keeps the rule above.
+// job's loads (the gate/up kernel's kSettle), two teams are faster at 2-9 tokens (TP4 8 tokens
+// 79.8 -> 71.3 us, TP8 47.8 -> 42.3; 1 token equal at TP4, 0.2 us slower at TP8; examples/results
+// "h200-ab13" run 2, SMALLM_GATEUP_TEAMS=2 beside the default). MXFP4 was slower at 1-6 tokens that
+// way (TP4 1 token 16.2 -> 18.3 us) and keeps the rule above.
 constexpr int kTwoBlockCarveoutBytes = 196 * 1024;
 constexpr int kFp8TeamsMinTokens = 2;
 struct StaticSmem {

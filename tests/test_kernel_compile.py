@@ -309,13 +309,14 @@ def _cuobjdump():
 @pytest.fixture(scope="module")
 def sm90a_sass(sm90a_build, scoreboards):
     """The package build's sm_90a SASS, by kernel: {mangled name: [(instruction, control bits)]}."""
-    if _cuobjdump() is None:
+    cuobjdump = _cuobjdump()
+    if cuobjdump is None:
         pytest.skip("cuobjdump not installed (make setup installs the nvidia-cuda-cuobjdump wheel)")
     r, _ = sm90a_build("smallm_moe")
     assert r.returncode == 0, r.stderr[-4000:]
     cubins = sorted(sm90a_build.dirs["smallm_moe"].glob("*.sm_90a.cubin"))
     assert len(cubins) == 1, cubins
-    d = subprocess.run([_cuobjdump(), "-sass", str(cubins[0])], capture_output=True, text=True, timeout=300)
+    d = subprocess.run([cuobjdump, "-sass", str(cubins[0])], capture_output=True, text=True, timeout=300)
     assert d.returncode == 0, d.stderr[-2000:]
     return scoreboards.parse(d.stdout)
 
