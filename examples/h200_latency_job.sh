@@ -9,7 +9,8 @@
 # BENCH_AB=1: also a package built from a baseline tree's hip/ (.ab/base, made as in
 # h200_ab_job.sh; carry ".ab"), benched right after this tree's. NEW_ENVS (';'-separated settings, e.g.
 # "SMALLM_GATEUP_TEAMS=2"): this tree benched again with each, at ENVTOKENS (default TOKENS), both formats.
-# PEERTOKENS: the peer's token counts (default TOKENS).
+# PEERTOKENS: the peer's token counts (default TOKENS). TLCASES: the timeline's cases, ';'-separated
+# "fmt tokens I" (default "0 1 256;0 8 256;1 1 256;0 1 128").
 source examples/h200_common.sh
 T=${TOKENS:-1,2,4,8}
 MT=${MXTOKENS:-$T}
@@ -44,7 +45,8 @@ fi
 if [ "${TIMELINE:-1}" = 1 ]; then
   stamp timeline
   wait
-  for c in "0 1 256" "0 8 256" "1 1 256" "0 1 128"; do
+  IFS=';' read -ra tlcases <<< "${TLCASES:-0 1 256;0 8 256;1 1 256;0 1 128}"
+  for c in "${tlcases[@]}"; do
     echo "## timeline $c"; timeout 60 /tmp/timeline $c 30 2>&1
   done > "$OUT/timeline.log"
 fi
@@ -58,7 +60,7 @@ if [ "${BENCH:-1}" = 1 ]; then
 fi
 peer_stage "${PEERTOKENS:-$T}"
 stamp done
-[ -e "$OUT/timeline.log" ] && grep -A14 "^## timeline 0 1 256" "$OUT/timeline.log" | cut -c1-80
+[ -e "$OUT/timeline.log" ] && grep -A14 "^## timeline ${tlcases[0]}" "$OUT/timeline.log" | cut -c1-80
 ls "$OUT"/bench_*.log > /dev/null 2>&1 && bench_summary "$OUT"/bench_*.log
 peer_summary
 pack
