@@ -145,17 +145,20 @@ SMALLM_DEV float warp_row_sum(float v) {  // sum over lanes that share lane % 16
 
 SMALLM_DEV float silu(float g) { return g / (1.0f + fexp(-g)); }
 
-// What build_routing derives from topk_ids (the two-pass kernels hold only this: 19.5 KB of static
-// shared memory per block).
-struct alignas(128) Routing {
-  int id[kMaxPairs];        // expert of each pair, -1 when out of range
-  int e2u[kMaxExperts];     // first pair of an expert, then -(distinct index + 1)
-  int ulead[kMaxPairs];     // first pair of distinct expert u
-  int ucnt[kMaxPairs + 1];  // pairs of u; then offsets into plist
-  int ufill[kMaxPairs];
-  int plist[kMaxPairs];     // pairs grouped by distinct expert
+// What build_routing derives from topk_ids, for calls of at most kP pairs and kE experts (the
+// two-pass kernels hold only this as static shared memory; Routing, for every call the kernels take:
+// 19.5 KB per block).
+template <int kP, int kE>
+struct alignas(128) RoutingFor {
+  int id[kP];        // expert of each pair, -1 when out of range
+  int e2u[kE];       // first pair of an expert, then -(distinct index + 1)
+  int ulead[kP];     // first pair of distinct expert u
+  int ucnt[kP + 1];  // pairs of u; then offsets into plist
+  int ufill[kP];
+  int plist[kP];     // pairs grouped by distinct expert
   int nd;
 };
+using Routing = RoutingFor<kMaxPairs, kMaxExperts>;
 
 // The token of pair p (p / K), as a multiply and a shift by ceil(2^20 / K): exact for every pair index
 // below kMaxPairs and 1 <= K <= kMaxSlots (checked below, at compile time). A division by the runtime
@@ -189,8 +192,8 @@ struct FusedRouting : Routing {
 // by a prefix sum over the leaders' counts, pairs in lane order. The general path below takes six
 // barriers, a table of E entries and shared atomics: about 1.8 us at T = 1 on the H200, on the
 // critical path of both kernels (examples/results "h200-timeline").
-template <class During>
-SMALLM_DEV void build_routing_warp(const MoeArgs& a, Routing& R, int N, During& during) {
+template <class R_t, class During>
+SMALLM_DEV void build_routing_warp(const MoeArgs& a, R_t& R, int N, During& during) {
   const int p = thread_id();
   const int v = p < N ? a.topk_ids[p] : -1;
   during();
@@ -235,9 +238,10 @@ SMALLM_DEV void build_routing_warp(const MoeArgs& a, Routing& R, int N, During& 
 // thread once the expert ids are requested and before they are used (the gate/up issues its copy of
 // x there, behind the ids rather than ahead of them).
 // The work is the first kThreads threads'; in larger blocks (kBlockThreads: the two-team gate/up)
-// the others only keep the barriers.
-template <int kBlockThreads = kThreads, class During>
-SMALLM_DEV void build_routing(const MoeArgs& a, Routing& R, During& during) {
+// the others only keep the barriers. R_t: a RoutingFor whose kP holds the call's pairs (the
+// launchers' part).
+template <int kBlockThreads = kThreads, class R_t, class During>
+SMALLM_DEV void build_routing(const MoeArgs& a, R_t& R, During& during) {
   const int t = kBlockThreads == kThreads || thread_id() < kThreads ? thread_id() : kMaxPairs + kMaxExperts;
   const int N = a.T * a.K;
 #if !defined(SMALLM_HIP)
@@ -311,8 +315,8 @@ SMALLM_DEV void build_routing(const MoeArgs& a, Routing& R, During& during) {
     }
   block_sync();
 }
-template <int kBlockThreads = kThreads>
-SMALLM_DEV void build_routing(const MoeArgs& a, Routing& R) {
+template <int kBlockThreads = kThreads, class R_t>
+SMALLM_DEV void build_routing(const MoeArgs& a, R_t& R) {
   auto nothing = [] {};
   build_routing<kBlockThreads>(a, R, nothing);
 }

@@ -204,6 +204,8 @@ int down_mma_smem_at(int N, int I, int D, int sms, int lo_bytes) {
 // CUDA cores. Qwen3.5 TP4 (examples/results "h200-ab5" run 4, us, f16 -> e5m2 lo): FP8 14 tokens
 // 138.2 -> 133.1, 16: 153.0 -> 147.3, 12: 114.2 -> 115.8 (within the carveout either way); MXFP4,
 // whose down is bound by its weights' decode, 14: 137.8 -> 146.5, so it keeps f16 while that fits.
+// (Then the block held Routing, and 14 tokens passed the carveout with f16; with MmaRouting it does
+// not, and takes f16 up to 14 tokens.)
 // SMALLM_DOWN_LO8=0 takes f16 wherever it fits, =1 e5m2 wherever it fits (A/B runs).
 constexpr int kDownLo16CarveoutBytes = 196 * 1024;
 template <int Fmt>
@@ -216,7 +218,7 @@ int down_mma_lo_bytes(const smallm::MoeArgs& a) {
   const bool f16_fits = f16 <= kDownMmaSmemBytes, e5m2_fits = e5m2 <= kDownMmaSmemBytes;
   if (forced && forced[0] == '0') return f16_fits ? 2 : 0;
   if (forced && forced[0] == '1') return e5m2_fits ? 1 : 0;
-  if (f16_fits && (Fmt == kMxfp4 || f16 + (int)sizeof(Routing) + kBlockReservedSmemBytes <= kDownLo16CarveoutBytes))
+  if (f16_fits && (Fmt == kMxfp4 || f16 + (int)sizeof(MmaRouting) + kBlockReservedSmemBytes <= kDownLo16CarveoutBytes))
     return 2;
   return e5m2_fits ? 1 : 0;
 }
@@ -227,8 +229,10 @@ template <int Fmt, int Layout, int kTeams, bool kLo8, int kCh>
 int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
   auto kernel = smallm_down_mma_kernel<Fmt, Layout, kTeams, kLo8, kCh>;
-  // The kernel reads kCh chunks of I: given an I of more it would skip the rest (a dispatch bug).
+  // The kernel reads kCh chunks of I: given an I of more it would skip the rest; its routing holds
+  // kMmaMaxPairs pairs (dispatch bugs).
   if (down_mma_chunks<Fmt>(a0.I) > kCh) return 6;
+  if (a0.T * a0.K > kMmaMaxPairs) return 7;
   static Capacity table[kMaxDevices], table_smem[kMaxDevices];
   static int raised[kMaxDevices] = {0};
   int capacity = 0;
@@ -300,6 +304,7 @@ int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   auto kernel = smallm_gateup_mma_kernel<Fmt, Layout, kJ, kTeams>;
   static Capacity table[kMaxDevices];
   static int raised[kMaxDevices] = {0};
+  if (a0.T * a0.K > kMmaMaxPairs) return 7;  // a dispatch bug: the tensor-core path takes at most kMmaMaxPairs
   MoeArgs a = a0;
   const int smem = (int)gateup_x_stage_bytes(a.T, a.D);  // up to kXStageBytes, fewer blocks per SM when large
   if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
@@ -364,13 +369,14 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   static const bool mma = env_switch_on("SMALLM_MMA");
   static const bool mma_down = env_switch_on("SMALLM_MMA_DOWN");  // 0: down on CUDA cores (A/B runs)
   static const bool split = env_switch_on("SMALLM_MMA_SPLIT");    // 0: no split (A/B runs)
-  // x over the gate/up's f16 stage (more than 20 tokens at D = 4096): the call as consecutive calls of
+  // x over the gate/up's f16 stage (more than 20 tokens at D = 4096), or the pairs over kMmaMaxPairs
+  // (more than 20 tokens with 16 slots): the call as consecutive calls of
   // near-equal token counts that fit (mma_split_tokens), each on tensor cores. Each reads its own
   // experts' weights again, but the CUDA-core kernels were 10.7-13.1x the read floor at 32-48 tokens
   // (MXFP4, examples/results "h200-ab7" run 4). A token's output depends on its own row and routing
   // only, so the result is the one call's; the gate/up of a later part is a plain launch, which waits
   // for the earlier part's down before it writes h.
-  const int part = mma && split ? mma_split_tokens<Fmt>(a.T, a.D) : 0;
+  const int part = mma && split ? mma_split_tokens<Fmt>(a.T, a.K, a.D) : 0;
   if (part > 0 && part < a.T) {
     for (int t0 = 0; t0 < a.T; t0 += part) {
       MoeArgs b = a;
@@ -383,7 +389,7 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
     }
     return 0;
   }
-  if (mma && gateup_mma_fits<Fmt>(a.T, a.D)) {
+  if (mma && gateup_mma_fits<Fmt>(a.T, a.K, a.D)) {
     const bool j4 = a.D / mma_step_values<Fmt>() <= 4 * kWarps;
     const int err =
         j4 ? launch_gateup_mma_teams<Fmt, Layout, 4>(a, stream) : launch_gateup_mma_teams<Fmt, Layout, 8>(a, stream);

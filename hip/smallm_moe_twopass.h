@@ -264,6 +264,15 @@ constexpr int kMmaPairs = 4;                 // pairs per MMA pass: B columns 2m
 // one-team blocks per SM while both fit the 196 KB carveout, else one block of two teams
 // (the launcher's launch_gateup_mma_teams).
 constexpr int kXStageBytes = 160 * 1024;
+// Pairs of a tensor-core call (x of 20 tokens at D = 4096 with 16 slots; the launcher splits a call
+// of more into parts, mma_split_tokens). Its down and its two-team gate/up hold their routing for this
+// many pairs (MmaRouting, 10.4 KB; Routing for kMaxPairs takes 19.1 KB): at Qwen3.5 TP4 18 tokens
+// both kernels' blocks then stay within a smaller shared-memory carveout (gate/up 164 KB, down
+// 196 KB), which leaves L1 room for more weight loads in flight: FP8 166.2 -> 151.9 us (examples/
+// results "h200-ab14" run 2, a probe with a smaller Routing). The one-team gate/up keeps Routing: its
+// blocks per SM follow its bytes (launch_gateup_mma_teams), measured with it.
+constexpr int kMmaMaxPairs = 320;
+using MmaRouting = RoutingFor<kMmaMaxPairs, kMaxExperts>;
 
 // Values of K per step (4 lanes x one 16-byte vector): 64 FP8, 128 MXFP4.
 template <int Fmt>
@@ -272,20 +281,22 @@ __host__ __device__ constexpr int mma_step_values() { return 4 * Format<Fmt>::kE
 // Bytes of x staged as f16 by the tensor-core gate/up (its dynamic shared memory).
 __host__ __device__ inline long gateup_x_stage_bytes(int T, int D) { return (long)T * D * 2; }
 
-// x fits the f16 stage, and every warp takes at most 8 steps.
+// x fits the f16 stage, the pairs kMmaMaxPairs, and every warp takes at most 8 steps.
 template <int Fmt>
-__host__ __device__ inline bool gateup_mma_fits(int T, int D) {
+__host__ __device__ inline bool gateup_mma_fits(int T, int K, int D) {
   constexpr int sv = mma_step_values<Fmt>();
-  return gateup_x_stage_bytes(T, D) <= kXStageBytes && D % sv == 0 && D / sv <= 8 * kWarps;
+  return gateup_x_stage_bytes(T, D) <= kXStageBytes && T * K <= kMmaMaxPairs && D % sv == 0 && D / sv <= 8 * kWarps;
 }
 
-// Tokens per part where x is over the stage but D suits the tensor-core gate/up: T in the fewest
-// parts that fit, near-equal (ceil(T / parts)): 32 -> 16 + 16, 48 -> 16 x 3, 21 -> 11 + 10 at
-// D = 4096. 0 where D does not suit it (kernels.mma_split_tokens mirrors this).
+// Tokens per part where x is over the stage, or the pairs over kMmaMaxPairs, but D suits the
+// tensor-core gate/up: T in the fewest parts that fit, near-equal (ceil(T / parts)): 32 -> 16 + 16,
+// 48 -> 16 x 3, 21 -> 11 + 10 at D = 4096. 0 where D does not suit it (kernels.mma_split_tokens
+// mirrors this).
 template <int Fmt>
-__host__ __device__ inline int mma_split_tokens(int T, int D) {
-  const int most = (int)(kXStageBytes / gateup_x_stage_bytes(1, D));
-  if (T <= 0 || most < 1 || !gateup_mma_fits<Fmt>(1, D)) return 0;
+__host__ __device__ inline int mma_split_tokens(int T, int K, int D) {
+  const long by_x = kXStageBytes / gateup_x_stage_bytes(1, D), by_pairs = kMmaMaxPairs / (K > 0 ? K : 1);
+  const int most = (int)(by_x < by_pairs ? by_x : by_pairs);
+  if (T <= 0 || most < 1 || !gateup_mma_fits<Fmt>(1, K, D)) return 0;
   const int parts = (T + most - 1) / most;
   return (T + parts - 1) / parts;
 }
@@ -313,12 +324,23 @@ struct GateUpMmaLoads {
 };
 
 #if defined(SMALLM_MMA_F16)
+template <int kTeams>
+struct GateUpMmaRouting {  // one team: Routing (kMmaMaxPairs above)
+  using type = Routing;
+  static constexpr int kTokens = kMaxPairs;
+};
+template <>
+struct GateUpMmaRouting<2> {
+  using type = MmaRouting;
+  static constexpr int kTokens = kMmaMaxPairs;  // a call's tokens are at most its pairs
+};
+
 // The static shared memory of the tensor-core gate/up kernel (x is in its dynamic shared memory).
 template <int kTeams>
 struct GateUpMmaShared {
-  Routing R;
+  typename GateUpMmaRouting<kTeams>::type R;
   float red[kTeams][2][kWarps][kMmaPairs][8];
-  int xmax[kMaxPairs];  // per token: max |x| (float bits), then 2^e_t (float bits)
+  int xmax[GateUpMmaRouting<kTeams>::kTokens];  // per token: max |x| (float bits), then 2^e_t (float bits)
 };
 
 // The block's barrier, or with two teams (gate/up, 512 threads) the team's own: named barrier 1 + team
@@ -453,7 +475,7 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, con
   using F = Format<Fmt>;
   constexpr bool kFp4 = Fmt == kMxfp4;
   constexpr int kSv = mma_step_values<Fmt>();
-  const Routing& R = S.R;
+  const auto& R = S.R;
   const int team = kTeams == 1 ? 0 : thread_id() / kThreads;  // this team's thread t
   const int t = kTeams == 1 ? thread_id() : thread_id() % kThreads;
   const int lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
@@ -574,7 +596,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   const int team = kTeams == 1 ? 0 : thread_id() / kThreads;
   // w: the warp within its team (the measured form: reordering these declarations changes the SASS)
   const int lane = lane_id(), w = (kTeams == 1 ? thread_id() : thread_id() % kThreads) / kWarp, g = lane >> 2, q = lane & 3;
-  const Routing& R = S.R;
+  const auto& R = S.R;
   SMALLM_TL_MARK(0, kTlRouting);
   const int tiles = a.I / 4, njobs = R.nd * tiles, G = a.nblocks * kTeams, vb = block_id() * kTeams + team;
   const int rowb = a.D / F::kRowBytesDiv, nsteps = a.D / mma_step_values<Fmt>();
@@ -680,8 +702,8 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
 // The end of both down kernels: out[token, rows of the block's row-blocks] = out_scale * the sum
 // over the token's slots, in slot order, of tw * y (y: [nloc][T*K][rb] in shared memory; tw: the
 // routing weights, a.topk_w or a copy of them in shared memory).
-template <int kBlockThreads = kThreads>
-SMALLM_DEV void slot_sums(const MoeArgs& a, const Routing& R, const float* ys, const float* tw, int nloc, int rb) {
+template <int kBlockThreads = kThreads, class R_t>
+SMALLM_DEV void slot_sums(const MoeArgs& a, const R_t& R, const float* ys, const float* tw, int nloc, int rb) {
   const int N = a.T * a.K, G = a.nblocks, b = block_id();
   for (int idx = thread_id(); idx < nloc * a.T * rb; idx += kBlockThreads) {
     const int i = idx / (a.T * rb), rest = idx - i * a.T * rb, tok = rest / rb, r = rest - tok * rb;
@@ -878,7 +900,7 @@ SMALLM_DEV Vec16 stage_b(const uint16_t* hhi, const uint8_t* hlo, int at, bool l
   return v;
 }
 #endif
-static_assert(kDownMmaSmemBytes + (int)sizeof(Routing) <= 227 * 1024,
+static_assert(kDownMmaSmemBytes + (int)sizeof(MmaRouting) <= 227 * 1024,
               "the tensor-core down's shared memory must fit one sm_90 block");
 
 template <int kCh>
@@ -908,7 +930,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   constexpr bool kBlockMma = kFp4 && kCh == 2;
   using Loads = DownMmaLoads<kCh>;
   extern __shared__ __attribute__((aligned(16))) float dsm[];  // ys [nloc][T*K][16], 2^e_p [T*K], topk_w [T*K], h hi, h lo
-  __shared__ Routing R;
+  __shared__ MmaRouting R;  // T * K <= kMmaMaxPairs (the launcher)
   SMALLM_TL_ENTRY(1);
   // The routing weights for the slot sums, requested at entry and stored beside h (read from
   // global memory in the slot sums, their latency was the call's last). They come from the router,

@@ -37,20 +37,24 @@ CAPS: Sequence[Cap] = (
     Cap("gfx950", MXFP4, 256, 40, "crossover vs AITER measured upstream on MI355X"),
     Cap("gfx950", MXFP4, None, 16, "not measured: conservative"),
     # H200, row-major weights (the Triton fallback's layout), against SGLang's Triton FP8 path as
-    # shipped, both in one job (examples/results/README.md): with I=256 faster at every count up to 20
-    # ("h200-ab5" run 3 at 1-4, 6, 8, 10, 12 and 14-21 tokens; "h200-ab7" run 4: 79.6 vs 106.9 us at 8,
-    # 180.1 vs 190.8 at 20), slower from 21, where x passes its 160 KB stage and the launcher splits
-    # the call into tensor-core calls of <= 20 tokens ("h200-ab8" run 4: 203.4 vs 195.0 at 21, 297.6
-    # vs 261.3 at 32); with I=128 faster at every count measured up to 41 (runs 4-5: 100.6 vs 139.4 at
-    # 20, 117.7 vs 143.4 at 21, 162.1 vs 183.8 at 32, 200.6 vs 219.6 at 40 (two calls of 20), 217.7 vs
-    # 224.8 at 41 (three calls)) and level at 44 and 48 (229.2 vs 229.9, 241.4 vs 242.8): the cap is
-    # 40, the last count with two calls, 9 % ahead. That was measured at D=4096: a wider hidden size
-    # splits sooner (x's stage holds 160 KB), so there the cap stays 20, the count measured before the
-    # split existed. Shapes not measured against the peer do not use the kernel.
+    # shipped, both in one job (examples/results/README.md). Above 20 tokens at D=4096 x passes its
+    # 160 KB stage and the launcher splits the call into tensor-core calls of <= 20 tokens. With I=256
+    # faster at every count up to 28 ("h200-ab14" run 1: 20: 173.3 vs 191.2 us, 21: 176.7 vs 192.5,
+    # 24: 196.7 vs 212.4, 26: 211.6 vs 233.3, 28: 233.7 vs 241.5, and 226.3 in run 3 with the tensor-core
+    # kernels' smaller routing) and slower at 32 (263.8 vs 258.1): the cap is 28 (29-31 not measured).
+    # With I=128 faster at every count measured up to 41 ("h200-ab8" runs 4-5: 100.6 vs 139.4 at 20,
+    # 117.7 vs 143.4 at 21, 162.1 vs 183.8 at 32, 200.6 vs 219.6 at 40 (two calls of 20), 217.7 vs 224.8
+    # at 41 (three calls)) and level at 44 and 48 (229.2 vs 229.9, 241.4 vs 242.8): the cap is 40, the
+    # last count with two calls, 9 % ahead ("h200-ab14" run 1: 141.3 vs 182.4 at 32). The split calls
+    # were measured at D=4096: a wider hidden size splits sooner (x's stage holds 160 KB), so there the
+    # caps stay 20, the count measured before the split existed. Shapes not measured against the peer
+    # do not use the kernel.
     Cap("sm_90", FP8_BLOCK128, 128, 40, "H200 crossover vs SGLang Triton measured 2026-12-01 (split calls above 20)",
         hidden_max=4096),
     Cap("sm_90", FP8_BLOCK128, 128, 20, "H200: measured up to 20 tokens; the split calls above were measured at D=4096 only"),
-    Cap("sm_90", FP8_BLOCK128, 256, 20, "H200: x stage limit; above it the split calls are slower than SGLang Triton (2026-12-01)"),
+    Cap("sm_90", FP8_BLOCK128, 256, 28, "H200 crossover vs SGLang Triton measured 2026-12-01 (split calls above 20; "
+        "slower from 32)", hidden_max=4096),
+    Cap("sm_90", FP8_BLOCK128, 256, 20, "H200: measured up to 20 tokens; the split calls above were measured at D=4096 only"),
     Cap("sm_90", FP8_BLOCK128, None, 0, "H200: not measured against SGLang Triton at this I"),
     Cap("sm_90", MXFP4, None, 48, "no SGLang MXFP4 runner on CUDA; kernel-only path"),
 )

@@ -64,7 +64,8 @@ DOWN_MMA_ROWS = 16                # kDownMmaRows: output rows per row-block of t
 MAX_YS_MMA_BYTES = 32 * 1024      # kMaxYsMmaBytes: its launcher adds blocks until a block's y fits
 DOWN_MMA_CHUNKS = 4               # kDownMmaChunks: I <= step * 4 for the tensor-core down
 DOWN_LO16_CARVEOUT_BYTES = 196 * 1024  # kDownLo16CarveoutBytes: h's lo half as f16 while the block stays within
-ROUTING_BYTES = 19584             # sizeof(Routing) (hip/smallm_moe.h), the tensor-core down's static shared memory
+MMA_MAX_PAIRS = 320               # kMmaMaxPairs: pairs of a tensor-core call (more are split)
+MMA_ROUTING_BYTES = 10624         # sizeof(MmaRouting) (hip/smallm_moe_twopass.h), the tensor-core down's static shared memory
 H200_SMS = 132                    # the SM count kernel_plan assumes where no CUDA device says otherwise
 TWO_BLOCK_CARVEOUT_BYTES = 196 * 1024  # kTwoBlockCarveoutBytes (hip/smallm_moe.hip)
 BLOCK_RESERVED_SMEM_BYTES = 1024       # kBlockReservedSmemBytes
@@ -80,10 +81,11 @@ def _mma_step_values(fmt: str) -> int:
     return 4 * (32 if fmt == MXFP4 else 16)
 
 
-def _gateup_mma_fits(fmt: str, T: int, D: int) -> bool:
-    """gateup_mma_fits<Fmt>: x fits the f16 stage and every warp takes at most 8 steps."""
+def _gateup_mma_fits(fmt: str, T: int, K: int, D: int) -> bool:
+    """gateup_mma_fits<Fmt>: x fits the f16 stage, the pairs MMA_MAX_PAIRS, and every warp takes at
+    most 8 steps."""
     step = _mma_step_values(fmt)
-    return T * D * 2 <= X_STAGE_BYTES and D % step == 0 and D // step <= 64
+    return T * D * 2 <= X_STAGE_BYTES and T * K <= MMA_MAX_PAIRS and D % step == 0 and D // step <= 64
 
 
 def _gateup_mma_kj(fmt: str, D: int) -> int:
@@ -129,7 +131,7 @@ def down_mma_lo_bytes(fmt: str, N: int, I: int, D: int, sms: int):
                                                 f"the {DOWN_MMA_SMEM_BYTES} B of a block: SMALLM_DOWN_LO8=0")
     if forced == "1":
         return (1, "SMALLM_DOWN_LO8=1") if e5m2_fits else (0, no_fit)
-    f16_block = f16 + ROUTING_BYTES + BLOCK_RESERVED_SMEM_BYTES
+    f16_block = f16 + MMA_ROUTING_BYTES + BLOCK_RESERVED_SMEM_BYTES
     if f16_fits and (fmt == MXFP4 or f16_block <= DOWN_LO16_CARVEOUT_BYTES):
         return 2, ""
     if not e5m2_fits:
@@ -157,15 +159,22 @@ def _device_sms() -> int:
     return H200_SMS
 
 
-def mma_split_tokens(fmt: str, T: int, D: int) -> int:
+def mma_split_tokens(fmt: str, T: int, K: int, D: int) -> int:
     """hip/smallm_moe_twopass.h mma_split_tokens: tokens per part of a call whose x is over the
-    tensor-core gate/up's f16 stage (T in the fewest parts that fit, near-equal); 0 where D does not
-    suit the tensor-core gate/up."""
-    most = X_STAGE_BYTES // (2 * D)
-    if T <= 0 or most < 1 or not _gateup_mma_fits(fmt, 1, D):
+    tensor-core gate/up's f16 stage or whose pairs are over MMA_MAX_PAIRS (T in the fewest parts that
+    fit, near-equal); 0 where D does not suit the tensor-core gate/up."""
+    most = min(X_STAGE_BYTES // (2 * D), MMA_MAX_PAIRS // max(K, 1))
+    if T <= 0 or most < 1 or not _gateup_mma_fits(fmt, 1, K, D):
         return 0
     parts = -(-T // most)
     return -(-T // parts)
+
+
+def _mma_over(T: int, K: int, D: int) -> str:
+    """Why a call does not fit one tensor-core call, in words (x's stage first)."""
+    if T * D * 2 > X_STAGE_BYTES:
+        return f"x as f16 is {T * D * 2} B, over the {X_STAGE_BYTES} B stage"
+    return f"{T * K} pairs, over the {MMA_MAX_PAIRS} of a tensor-core call"
 
 
 def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Optional[int] = None,
@@ -187,14 +196,14 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         why = "no tensor-core path for this arch" if envs.MMA.enabled() else "SMALLM_MMA=0"
         return f"two-pass (variant 5): gate/up and down on CUDA cores ({why})"
     x_bytes, step = T * D * 2, _mma_step_values(fmt)
-    part = mma_split_tokens(fmt, T, D)
+    part = mma_split_tokens(fmt, T, K, D)
     if envs.MMA_SPLIT.enabled() and 0 < part < T:
         parts = -(-T // part)
-        return (f"{parts} calls of at most {part} tokens (x as f16 is {x_bytes} B, over the {X_STAGE_BYTES} B "
-                f"stage), each " + kernel_plan(arch, fmt, part, K, D, I, sms, layout))
-    if not _gateup_mma_fits(fmt, T, D):
-        return (f"two-pass (variant 5): gate/up and down on CUDA cores (x as f16 is {x_bytes} B, over the "
-                f"{X_STAGE_BYTES} B stage{': SMALLM_MMA_SPLIT=0' if part else ''})")
+        return (f"{parts} calls of at most {part} tokens ({_mma_over(T, K, D)}), each "
+                + kernel_plan(arch, fmt, part, K, D, I, sms, layout))
+    if not _gateup_mma_fits(fmt, T, K, D):
+        return (f"two-pass (variant 5): gate/up and down on CUDA cores ({_mma_over(T, K, D)}"
+                f"{': SMALLM_MMA_SPLIT=0' if part else ''})")
     forced = envs.GATEUP_TEAMS.get().strip()[:1]  # the launcher reads the first character
     if forced in ("1", "2"):
         gateup = (f"gate/up on tensor cores ({forced} team{'s' if forced == '2' else ''} per block: "

@@ -135,7 +135,10 @@ def test_mi355x_default_caps():
     assert gate.token_cap("gfx950", "fp8_block128", 128, 11)[0] == 48
     assert gate.token_cap("gfx950", "mxfp4", 256, 11)[0] == 40
     assert gate.token_cap("gfx942", "fp8_block128", 256, 11)[0] == 0
-    assert gate.token_cap("sm_90", "fp8_block128", 256, 11)[0] == 20  # H200, measured vs SGLang Triton
+    assert gate.token_cap("sm_90", "fp8_block128", 256, 11, 4096)[0] == 28  # H200: split calls, faster than the peer to 28
+    cap, source = gate.token_cap("sm_90", "fp8_block128", 256, 11, 8192)
+    assert cap == 20 and "measured at D=4096 only" in source
+    assert gate.token_cap("sm_90", "fp8_block128", 256, 11)[0] == 20  # hidden size not given
     assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 4096)[0] == 40  # split calls, faster than the peer to 41
     assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 2048)[0] == 40
     # the split was measured at D=4096 only: wider (or unknown) hidden sizes keep the cap measured before it
@@ -164,7 +167,7 @@ def test_selftest_tokens_include_the_device_cap():
     from sglang_smallm_plugin.shapes import SHAPES
 
     tp4, tp8 = SHAPES["qwen35-tp4"], SHAPES["qwen35-tp8"]
-    assert selftest.default_tokens(tp4, "fp8_block128", "sm_90") == [1, 3, 8, 20]
+    assert selftest.default_tokens(tp4, "fp8_block128", "sm_90") == [1, 3, 8, 28]
     assert selftest.default_tokens(tp8, "fp8_block128", "sm_90") == [1, 3, 8, 40]
     assert selftest.default_tokens(tp4, "fp8_block128", "gfx950") == [1, 3, 8, 20]
     assert selftest.default_tokens(tp8, "mxfp4", "gfx950") == [1, 3, 8, 40]

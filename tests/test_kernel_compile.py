@@ -212,18 +212,26 @@ def test_down_kernels_for_both_rings(sm90a_ptx):
     assert sum(n.endswith("ELi4EEEvNS_7MoeArgsE") for n in names) == 16
 
 
-def test_gateup_static_shared_memory_matches_the_plan_mirror(sm90a_ptx):
+def test_tensor_core_static_shared_memory_matches_the_plan_mirror(sm90a_ptx):
     """The one-team tensor-core gate/up's static shared memory (every format, layout and kJ) is the
-    figure kernels.kernel_plan words its teams choice with (the launcher reads it from the kernel)."""
+    figure kernels.kernel_plan words its teams choice with (the launcher reads it from the kernel); the
+    two-team gate/up and every tensor-core down hold the routing of kMmaMaxPairs pairs (MMA_ROUTING_BYTES,
+    the figure of the down's lo-half rule)."""
     from sglang_smallm_plugin import kernels
 
     sizes = {}
     for name, body in sm90a_ptx.items():
-        if "smallm_gateup_mma_kernel" in name:
+        if "smallm_gateup_mma_kernel" in name or "smallm_down_mma_kernel" in name:
             sizes[name] = sum(map(int, re.findall(r"^\s*\.shared \.align \d+ \.b8 \S+\[(\d+)\];", body, re.M)))
-    one_team = {n: v for n, v in sizes.items() if n.endswith("ELi1EEEvNS_7MoeArgsE")}
-    assert len(one_team) == 8 and len(sizes) == 16, sorted(sizes)
+    gateup = {n: v for n, v in sizes.items() if "smallm_gateup_mma_kernel" in n}
+    one_team = {n: v for n, v in gateup.items() if n.endswith("ELi1EEEvNS_7MoeArgsE")}
+    two_teams = {n: v for n, v in gateup.items() if n.endswith("ELi2EEEvNS_7MoeArgsE")}
+    assert len(one_team) == 8 and len(two_teams) == 8, sorted(gateup)
     assert set(one_team.values()) == {kernels.GATEUP_STATIC_SMEM_BYTES}, one_team
+    # the routing, the two teams' reductions (2 x 2 x 8 warps x 4 pairs x 8 floats) and one word per token
+    assert set(two_teams.values()) == {kernels.MMA_ROUTING_BYTES + 4096 + 4 * kernels.MMA_MAX_PAIRS}, two_teams
+    down = {n: v for n, v in sizes.items() if "smallm_down_mma_kernel" in n}
+    assert len(down) == 32 and set(down.values()) == {kernels.MMA_ROUTING_BYTES}, down
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")

@@ -29,6 +29,26 @@ def test_kernel_matches_reference(fmt, layout, shape, seed):
 
 
 @pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
+@pytest.mark.parametrize("D, T, part", [(1024, 20, 20), (1024, 21, 11), (1024, 24, 12), (1024, 41, 14), (4096, 20, 20)])
+def test_pairs_over_the_tensor_core_routing_split(fmt, D, T, part):
+    """A call whose x fits the gate/up's f16 stage but whose pairs pass kMmaMaxPairs (320: the
+    tensor-core kernels' routing) runs as parts of at most 320 pairs: 16 slots, 20 tokens in one call
+    (at D = 4096 with the two-team gate/up, whose routing holds exactly 320), more in near-equal parts;
+    both layouts, 3 seeds, poisoned outputs, determinism, CUDA-graph replay."""
+    from sglang_smallm_plugin import selftest
+    from sglang_smallm_plugin.shapes import MoeShape
+
+    shape = MoeShape(f"pairs-limit-d{D}", D, 64, 16, 128, 0, "16 slots: 320 pairs at 20 tokens")
+    assert kernels.mma_split_tokens(fmt, T, 16, D) == part and part * D * 2 <= kernels.X_STAGE_BYTES
+    if D == 4096:
+        assert "2 teams per block" in kernels.kernel_plan("sm_90", fmt, T, 16, D, 128)
+    for layout in ("row_major", "shuffle16x16"):
+        for seed in range(3):
+            r = selftest.check_case(shape, fmt, layout, T, seed, "cuda")
+            assert r.ok, r
+
+
+@pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
 @pytest.mark.parametrize("case", [c.name for c in EDGE_CASES])
 def test_kernel_edge_cases_match_reference(case, fmt):
     """Activation ranges past f16, invalid ids, a token with no valid slot (exact zeros), crowded

@@ -21,6 +21,7 @@ def _cpp_const(name: str) -> int:
 def test_constants_match_the_headers():
     assert kernels.THREADS == _cpp_const("kThreads")
     assert kernels.X_STAGE_BYTES == _cpp_const("kXStageBytes")
+    assert kernels.MMA_MAX_PAIRS == _cpp_const("kMmaMaxPairs")
     assert kernels.DOWN_MMA_SMEM_BYTES == _cpp_const("kDownMmaSmemBytes")
     assert kernels.DOWN_MMA_ROWS == _cpp_const("kDownMmaRows")
     assert kernels.MAX_YS_MMA_BYTES == _cpp_const("kMaxYsMmaBytes")
@@ -77,10 +78,11 @@ def env(monkeypatch):
     (10, 11, 256, "gate/up on tensor cores (2 teams per block, x once per SM: two blocks of x 81920 B would pass "
                   "the 196 KB shared-memory carveout), down on tensor cores (2 teams per block: 110 pairs >= 33)"),
     (14, 11, 256, "x once per SM"),
-    (13, 11, 256, "down on tensor cores (2 teams per block: 143 pairs >= 33)"),  # f16 lo: its block 170464 + 19584 + 1024 B
-    (14, 11, 256, "down on tensor cores (2 teams per block: 154 pairs >= 33), h's lo half as e5m2 (as f16 its block "
-                  "would take 204192 B, past the 196 KB shared-memory carveout)"),
-    (16, 11, 256, "h's lo half as e5m2 (as f16 its block would take 230400 B"),  # stage 209792 B: fits, but the L1
+    (13, 11, 256, "down on tensor cores (2 teams per block: 143 pairs >= 33)"),  # f16 lo: its block 170464 + 10624 + 1024 B
+    (14, 11, 256, "down on tensor cores (2 teams per block: 154 pairs >= 33)"),  # f16 lo: 183584 + 10624 + 1024 B
+    (15, 11, 256, "down on tensor cores (2 teams per block: 165 pairs >= 33), h's lo half as e5m2 (as f16 its block "
+                  "would take 208352 B, past the 196 KB shared-memory carveout)"),
+    (16, 11, 256, "h's lo half as e5m2 (as f16 its block would take 221440 B"),  # stage 209792 B: fits, but the L1
     (17, 11, 256, "down on tensor cores (2 teams per block: 187 pairs >= 33), h's lo half as e5m2 (as f16 its "
                   "stage would take 222912 B, over the 211968 B of a block)"),
     (20, 11, 256, "h's lo half as e5m2"),    # h 220 * 264 * 3 B + y 220 * 16 * 2 * 4 B + 2^e, tw: 204160 B fit
@@ -135,21 +137,24 @@ def test_down_stage_at_the_smallest_grid():
             "of a block)") in kernels.kernel_plan("sm_90", "mxfp4", 20, 8, 4096, 512, sms=132)  # 160 * 520 * 3 B of h alone
 
 
-def test_routing_bytes_match_the_struct():
-    # struct alignas(128) Routing (hip/smallm_moe.h): id, ulead, ufill, plist [kMaxPairs], ucnt [kMaxPairs + 1],
-    # e2u [kMaxExperts], nd; ptxas reports it as the tensor-core down's static shared memory (19584 bytes)
+def test_mma_routing_bytes_match_the_struct():
+    # struct alignas(128) RoutingFor<kP, kE> (hip/smallm_moe.h): id, ulead, ufill, plist [kP], ucnt [kP + 1],
+    # e2u [kE], nd. The tensor-core down holds MmaRouting (kMmaMaxPairs, kMaxExperts) as its static shared
+    # memory; test_kernel_compile checks ptxas's figure (10624 bytes).
     text = (HIP / "smallm_moe.h").read_text()
-    body = text[text.index("struct alignas(128) Routing {"):]
+    body = text[text.index("struct alignas(128) RoutingFor {"):]
     body = body[:body.index("};")]
-    assert body.count("[kMaxPairs]") == 4 and "[kMaxPairs + 1]" in body and "[kMaxExperts]" in body
-    words = 5 * _cpp_const("kMaxPairs") + 1 + _cpp_const("kMaxExperts") + 1
-    assert kernels.ROUTING_BYTES == -(-4 * words // 128) * 128
+    assert body.count("[kP]") == 4 and "[kP + 1]" in body and "[kE]" in body
+    assert "using Routing = RoutingFor<kMaxPairs, kMaxExperts>;" in text
+    assert "using MmaRouting = RoutingFor<kMmaMaxPairs, kMaxExperts>;" in (HIP / "smallm_moe_twopass.h").read_text()
+    words = 5 * _cpp_const("kMmaMaxPairs") + 1 + _cpp_const("kMaxExperts") + 1
+    assert kernels.MMA_ROUTING_BYTES == -(-4 * words // 128) * 128 == 10624
 
 
 def test_down_lo_half(env):
     plan = lambda T: kernels.kernel_plan("sm_90", "fp8_block128", T, 11, 4096, 256, sms=132)  # noqa: E731
-    assert plan(13).endswith("down on tensor cores (2 teams per block: 143 pairs >= 33)")  # f16 lo half
-    assert "h's lo half as e5m2" in plan(14)
+    assert plan(14).endswith("down on tensor cores (2 teams per block: 154 pairs >= 33)")  # f16 lo half
+    assert "h's lo half as e5m2" in plan(15)
     # MXFP4 keeps f16 while it fits (its down is bound by the weights' decode)
     assert kernels.kernel_plan("sm_90", "mxfp4", 16, 11, 4096, 256, sms=132).endswith(
         "(2 teams per block: 176 pairs >= 33), each e8m0 block's scale on its MMA's fp32 sums")
@@ -190,34 +195,44 @@ def test_mxfp4_down_scale_mode(env, I, ring, per_block):
     assert "constexpr bool kBlockMma = kFp4 && kCh == 2;" in text
 
 
-@pytest.mark.parametrize("T, D, part", [(1, 4096, 1), (20, 4096, 20), (21, 4096, 11), (32, 4096, 16), (41, 4096, 14),
-                                        (48, 4096, 16), (60, 4096, 20), (61, 4096, 16), (30, 2048, 30), (41, 2048, 21),
-                                        (8, 16384, 0)])
-def test_mma_split_tokens(env, T, D, part):
-    """The mirror of the launcher's split of a call whose x is over the f16 stage: the fewest parts that
-    fit (20 tokens at D = 4096), near-equal; none where D does not suit the tensor-core gate/up. The
-    plan says how many calls; SMALLM_MMA_SPLIT=0 keeps the CUDA-core kernels and says so."""
-    assert kernels.mma_split_tokens("mxfp4", T, D) == part
+@pytest.mark.parametrize("T, K, D, part", [
+    (1, 11, 4096, 1), (20, 11, 4096, 20), (21, 11, 4096, 11), (32, 11, 4096, 16), (41, 11, 4096, 14),
+    (48, 11, 4096, 16), (60, 11, 4096, 20), (61, 11, 4096, 16), (8, 11, 16384, 0),
+    (20, 16, 4096, 20),                      # 320 pairs: both limits at once
+    (29, 11, 2048, 29), (30, 11, 2048, 15),  # x fits 40 tokens at D = 2048; the pairs 29 with 11 slots
+    (41, 11, 2048, 21), (21, 16, 2048, 11), (320, 1, 128, 320), (321, 1, 128, 161),
+])
+def test_mma_split_tokens(env, T, K, D, part):
+    """The mirror of the launcher's split of a call whose x is over the f16 stage or whose pairs are over
+    kMmaMaxPairs: the fewest parts that fit (20 tokens at D = 4096), near-equal; none where D does not suit
+    the tensor-core gate/up. The plan says how many calls and why; SMALLM_MMA_SPLIT=0 keeps the CUDA-core
+    kernels and says so."""
+    assert kernels.mma_split_tokens("mxfp4", T, K, D) == part
     if 0 < part < T:
         parts = -(-T // part)
-        assert part * parts >= T and part * (parts - 1) < T and part * 2 * D <= kernels.X_STAGE_BYTES
-        plan = kernels.kernel_plan("sm_90", "mxfp4", T, 11, D, 256, sms=132)
-        assert plan.startswith(f"{parts} calls of at most {part} tokens"), plan
+        assert part * parts >= T and part * (parts - 1) < T
+        assert part * 2 * D <= kernels.X_STAGE_BYTES and part * K <= kernels.MMA_MAX_PAIRS
+        why = ("x as f16 is %d B, over the %d B stage" % (T * D * 2, kernels.X_STAGE_BYTES) if T * D * 2 > 160 * 1024
+               else "%d pairs, over the 320 of a tensor-core call" % (T * K))
+        plan = kernels.kernel_plan("sm_90", "mxfp4", T, K, D, 256, sms=132)
+        assert plan.startswith(f"{parts} calls of at most {part} tokens ({why}), each two-pass"), plan
         assert "CUDA cores" not in plan, plan
         env.setenv("SMALLM_MMA_SPLIT", "0")
-        assert kernels.kernel_plan("sm_90", "mxfp4", T, 11, D, 256, sms=132).endswith(
-            "gate/up and down on CUDA cores (x as f16 is %d B, over the %d B stage: SMALLM_MMA_SPLIT=0)"
-            % (T * D * 2, kernels.X_STAGE_BYTES))
+        assert kernels.kernel_plan("sm_90", "mxfp4", T, K, D, 256, sms=132).endswith(
+            f"gate/up and down on CUDA cores ({why}: SMALLM_MMA_SPLIT=0)")
 
 
 def test_mma_split_rule_matches_the_header():
     text = (HIP / "smallm_moe_twopass.h").read_text()
-    body = text[text.index("inline int mma_split_tokens(int T, int D) {"):]
+    body = text[text.index("inline int mma_split_tokens(int T, int K, int D) {"):]
     body = body[:body.index("\n}")]
-    assert "kXStageBytes / gateup_x_stage_bytes(1, D)" in body and "(T + most - 1) / most" in body
-    assert "(T + parts - 1) / parts" in body
+    assert "kXStageBytes / gateup_x_stage_bytes(1, D)" in body and "kMmaMaxPairs / (K > 0 ? K : 1)" in body
+    assert "(T + most - 1) / most" in body and "(T + parts - 1) / parts" in body
+    fits = text[text.index("inline bool gateup_mma_fits(int T, int K, int D) {"):]
+    assert "T * K <= kMmaMaxPairs" in fits[:fits.index("\n}")]
     launcher = (HIP / "smallm_moe.hip").read_text()
-    assert 'env_switch_on("SMALLM_MMA_SPLIT")' in launcher and "mma_split_tokens<Fmt>(a.T, a.D)" in launcher
+    assert 'env_switch_on("SMALLM_MMA_SPLIT")' in launcher and "mma_split_tokens<Fmt>(a.T, a.K, a.D)" in launcher
+    assert "gateup_mma_fits<Fmt>(a.T, a.K, a.D)" in launcher
 
 
 def test_down_ring_rule_matches_the_header():
