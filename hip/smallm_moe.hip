@@ -370,12 +370,12 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   static const bool mma_down = env_switch_on("SMALLM_MMA_DOWN");  // 0: down on CUDA cores (A/B runs)
   static const bool split = env_switch_on("SMALLM_MMA_SPLIT");    // 0: no split (A/B runs)
   // x over the gate/up's f16 stage (more than 20 tokens at D = 4096), or the pairs over kMmaMaxPairs
-  // (more than 20 tokens with 16 slots): the call as consecutive calls of
-  // near-equal token counts that fit (mma_split_tokens), each on tensor cores. Each reads its own
-  // experts' weights again, but the CUDA-core kernels were 10.7-13.1x the read floor at 32-48 tokens
-  // (MXFP4, examples/results "h200-ab7" run 4). A token's output depends on its own row and routing
-  // only, so the result is the one call's; the gate/up of a later part is a plain launch, which waits
-  // for the earlier part's down before it writes h.
+  // (more than 20 tokens with 16 slots): the call as consecutive calls of near-equal token counts that
+  // fit (mma_split_tokens), each on tensor cores. Each reads its own experts' weights again, but the
+  // CUDA-core kernels were 10.7-13.1x the read floor at 32-48 tokens (MXFP4, examples/results
+  // "h200-ab7" run 4). A token's output depends on its own row and routing only, so the result is the
+  // one call's; the gate/up of a later part is a plain launch, which waits for the earlier part's down
+  // before it writes h.
   const int part = mma && split ? mma_split_tokens<Fmt>(a.T, a.K, a.D) : 0;
   if (part > 0 && part < a.T) {
     for (int t0 = 0; t0 < a.T; t0 += part) {

@@ -268,9 +268,9 @@ constexpr int kXStageBytes = 160 * 1024;
 // of more into parts, mma_split_tokens). Its down and its two-team gate/up hold their routing for this
 // many pairs (MmaRouting, 10.4 KB; Routing for kMaxPairs takes 19.1 KB): at Qwen3.5 TP4 18 tokens
 // both kernels' blocks then stay within a smaller shared-memory carveout (gate/up 164 KB, down
-// 196 KB), which leaves L1 room for more weight loads in flight: FP8 166.2 -> 151.9 us (examples/
-// results "h200-ab14" run 2, a probe with a smaller Routing). The one-team gate/up keeps Routing: its
-// blocks per SM follow its bytes (launch_gateup_mma_teams), measured with it.
+// 196 KB), which leaves L1 room for more weight loads in flight: FP8 160.7 -> 144.9 us, TP8 84.3 ->
+// 79.9 (examples/results "h200-ab14" run 3). The one-team gate/up keeps Routing: its blocks per SM
+// follow its bytes (launch_gateup_mma_teams), measured with it.
 constexpr int kMmaMaxPairs = 320;
 using MmaRouting = RoutingFor<kMmaMaxPairs, kMaxExperts>;
 

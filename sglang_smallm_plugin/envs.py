@@ -57,7 +57,8 @@ DOWN_RING = Switch("SMALLM_DOWN_RING", "",
                    "of per block in fp32); unset: three there (MXFP4 to I=256, FP8 to 128), else two")
 MMA_SPLIT = Switch("SMALLM_MMA_SPLIT", "1",
                    "A/B switch (CUDA, variant 5): 0 runs calls whose x is over the tensor-core gate/up's f16 stage "
-                   "(over 20 tokens at D=4096) on CUDA cores instead of as several tensor-core calls of fewer tokens")
+                   "(over 20 tokens at D=4096), or whose token-slot pairs are over the 320 of the tensor-core "
+                   "kernels' routing, on CUDA cores instead of as several tensor-core calls of fewer tokens")
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH,
        GATEUP_TEAMS, DOWN_TEAMS, DOWN_LO8, DOWN_RING, MMA_SPLIT)
 
