@@ -146,8 +146,8 @@ SMALLM_DEV float warp_row_sum(float v) {  // sum over lanes that share lane % 16
 SMALLM_DEV float silu(float g) { return g / (1.0f + fexp(-g)); }
 
 // What build_routing derives from topk_ids, for calls of at most kP pairs and kE experts (the
-// two-pass kernels hold only this as static shared memory; Routing, for every call the kernels take:
-// 19.5 KB per block).
+// two-pass kernels hold only this as static shared memory). Routing takes every call the kernels
+// take (19.1 KB per block); the tensor-core kernels' MmaRouting fewer pairs (smallm_moe_twopass.h).
 template <int kP, int kE>
 struct alignas(128) RoutingFor {
   int id[kP];        // expert of each pair, -1 when out of range

@@ -324,8 +324,10 @@ struct GateUpMmaLoads {
 };
 
 #if defined(SMALLM_MMA_F16)
+// The routing a tensor-core gate/up block of kTeams teams holds, and its tokens at most: one team
+// Routing, two MmaRouting (kMmaMaxPairs above says why).
 template <int kTeams>
-struct GateUpMmaRouting {  // one team: Routing (kMmaMaxPairs above)
+struct GateUpMmaRouting {
   using type = Routing;
   static constexpr int kTokens = kMaxPairs;
 };
