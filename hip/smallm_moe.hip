@@ -369,6 +369,11 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   static const bool mma = env_switch_on("SMALLM_MMA");
   static const bool mma_down = env_switch_on("SMALLM_MMA_DOWN");  // 0: down on CUDA cores (A/B runs)
   static const bool split = env_switch_on("SMALLM_MMA_SPLIT");    // 0: no split (A/B runs)
+  // N > 0: parts of at most N tokens also where the call fits one (A/B runs of the split's threshold)
+  static const int split_tokens = [] {
+    const char* v = getenv("SMALLM_MMA_SPLIT_TOKENS");
+    return v ? atoi(v) : 0;
+  }();
   // x over the gate/up's f16 stage (more than 20 tokens at D = 4096), or the pairs over kMmaMaxPairs
   // (more than 20 tokens with 16 slots): the call as consecutive calls of near-equal token counts that
   // fit (mma_split_tokens), each on tensor cores. Each reads its own experts' weights again, but the
@@ -376,7 +381,7 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   // "h200-ab7" run 4). A token's output depends on its own row and routing only, so the result is the
   // one call's; the gate/up of a later part is a plain launch, which waits for the earlier part's down
   // before it writes h.
-  const int part = mma && split ? mma_split_tokens<Fmt>(a.T, a.K, a.D) : 0;
+  const int part = mma && split ? mma_split_tokens<Fmt>(a.T, a.K, a.D, split_tokens) : 0;
   if (part > 0 && part < a.T) {
     for (int t0 = 0; t0 < a.T; t0 += part) {
       MoeArgs b = a;

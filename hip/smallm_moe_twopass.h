@@ -291,11 +291,12 @@ __host__ __device__ inline bool gateup_mma_fits(int T, int K, int D) {
 // Tokens per part where x is over the stage, or the pairs over kMmaMaxPairs, but D suits the
 // tensor-core gate/up: T in the fewest parts that fit, near-equal (ceil(T / parts)): 32 -> 16 + 16,
 // 48 -> 16 x 3, 21 -> 11 + 10 at D = 4096. 0 where D does not suit it (kernels.mma_split_tokens
-// mirrors this).
+// mirrors this). most_tokens > 0 caps a part's tokens further (SMALLM_MMA_SPLIT_TOKENS, A/B runs).
 template <int Fmt>
-__host__ __device__ inline int mma_split_tokens(int T, int K, int D) {
+__host__ __device__ inline int mma_split_tokens(int T, int K, int D, int most_tokens = 0) {
   const long by_x = kXStageBytes / gateup_x_stage_bytes(1, D), by_pairs = kMmaMaxPairs / (K > 0 ? K : 1);
-  const int most = (int)(by_x < by_pairs ? by_x : by_pairs);
+  int most = (int)(by_x < by_pairs ? by_x : by_pairs);
+  if (most_tokens > 0 && most_tokens < most) most = most_tokens;
   if (T <= 0 || most < 1 || !gateup_mma_fits<Fmt>(1, K, D)) return 0;
   const int parts = (T + most - 1) / most;
   return (T + parts - 1) / parts;

@@ -59,8 +59,12 @@ MMA_SPLIT = Switch("SMALLM_MMA_SPLIT", "1",
                    "A/B switch (CUDA, variant 5): 0 runs calls whose x is over the tensor-core gate/up's f16 stage "
                    "(over 20 tokens at D=4096), or whose token-slot pairs are over the 320 of the tensor-core "
                    "kernels' routing, on CUDA cores instead of as several tensor-core calls of fewer tokens")
+MMA_SPLIT_TOKENS = Switch("SMALLM_MMA_SPLIT_TOKENS", "",
+                          "A/B switch (CUDA, variant 5): N > 0 runs calls of more than N tokens as tensor-core calls of at "
+                          "most N (near-equal parts), also where one call would fit; unset: split only where x or the pairs "
+                          "do not fit (SMALLM_MMA_SPLIT)")
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH,
-       GATEUP_TEAMS, DOWN_TEAMS, DOWN_LO8, DOWN_RING, MMA_SPLIT)
+       GATEUP_TEAMS, DOWN_TEAMS, DOWN_LO8, DOWN_RING, MMA_SPLIT, MMA_SPLIT_TOKENS)
 
 
 def markdown_table(switches=ALL) -> str:

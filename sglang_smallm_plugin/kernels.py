@@ -8,6 +8,7 @@ The extension `sglang_smallm_plugin._C` is built at install time (setup.py) for 
 import functools
 import importlib
 import logging
+import re
 import threading
 from dataclasses import dataclass
 from typing import Optional
@@ -159,15 +160,26 @@ def _device_sms() -> int:
     return H200_SMS
 
 
-def mma_split_tokens(fmt: str, T: int, K: int, D: int) -> int:
+def mma_split_tokens(fmt: str, T: int, K: int, D: int, most_tokens: int = 0) -> int:
     """hip/smallm_moe_twopass.h mma_split_tokens: tokens per part of a call whose x is over the
     tensor-core gate/up's f16 stage or whose pairs are over MMA_MAX_PAIRS (T in the fewest parts that
-    fit, near-equal); 0 where D does not suit the tensor-core gate/up."""
+    fit, near-equal); 0 where D does not suit the tensor-core gate/up. most_tokens > 0 caps a part's
+    tokens further (SMALLM_MMA_SPLIT_TOKENS)."""
     most = min(X_STAGE_BYTES // (2 * D), MMA_MAX_PAIRS // max(K, 1))
+    if most_tokens > 0:
+        most = min(most, most_tokens)
     if T <= 0 or most < 1 or not _gateup_mma_fits(fmt, 1, K, D):
         return 0
     parts = -(-T // most)
     return -(-T // parts)
+
+
+def _split_tokens_setting() -> int:
+    """SMALLM_MMA_SPLIT_TOKENS as the launcher reads it (atoi: a leading integer, else 0)."""
+    from . import envs
+
+    m = re.match(r"\s*[+-]?\d+", envs.MMA_SPLIT_TOKENS.get())
+    return int(m.group(0)) if m else 0
 
 
 def _mma_over(T: int, K: int, D: int) -> str:
@@ -196,11 +208,13 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         why = "no tensor-core path for this arch" if envs.MMA.enabled() else "SMALLM_MMA=0"
         return f"two-pass (variant 5): gate/up and down on CUDA cores ({why})"
     x_bytes, step = T * D * 2, _mma_step_values(fmt)
-    part = mma_split_tokens(fmt, T, K, D)
+    forced_most = _split_tokens_setting()
+    part = mma_split_tokens(fmt, T, K, D, forced_most)
     if envs.MMA_SPLIT.enabled() and 0 < part < T:
         parts = -(-T // part)
-        return (f"{parts} calls of at most {part} tokens ({_mma_over(T, K, D)}), each "
-                + kernel_plan(arch, fmt, part, K, D, I, sms, layout))
+        why = (_mma_over(T, K, D) if not _gateup_mma_fits(fmt, T, K, D)
+               else f"SMALLM_MMA_SPLIT_TOKENS={forced_most}")
+        return f"{parts} calls of at most {part} tokens ({why}), each " + kernel_plan(arch, fmt, part, K, D, I, sms, layout)
     if not _gateup_mma_fits(fmt, T, K, D):
         return (f"two-pass (variant 5): gate/up and down on CUDA cores ({_mma_over(T, K, D)}"
                 f"{': SMALLM_MMA_SPLIT=0' if part else ''})")

@@ -62,7 +62,7 @@ def test_every_switch_the_launcher_reads_is_documented():
 @pytest.fixture
 def env(monkeypatch):
     for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN", "SMALLM_GATEUP_TEAMS", "SMALLM_DOWN_TEAMS",
-                 "SMALLM_DOWN_LO8", "SMALLM_DOWN_RING", "SMALLM_MMA_SPLIT"):
+                 "SMALLM_DOWN_LO8", "SMALLM_DOWN_RING", "SMALLM_MMA_SPLIT", "SMALLM_MMA_SPLIT_TOKENS"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -222,16 +222,35 @@ def test_mma_split_tokens(env, T, K, D, part):
             f"gate/up and down on CUDA cores ({why}: SMALLM_MMA_SPLIT=0)")
 
 
+@pytest.mark.parametrize("setting, T, part", [("10", 19, 10), ("10", 20, 10), ("10", 10, 10), ("7", 8, 4),
+                                              ("10", 32, 8), ("30", 21, 11), ("0", 19, 19), ("x", 19, 19)])
+def test_split_tokens_switch(env, setting, T, part):
+    """SMALLM_MMA_SPLIT_TOKENS=N (A/B runs): parts of at most N tokens also where one call fits (near-equal:
+    8 tokens at N = 7 -> 4 + 4); never more than the stage allows (32 -> 8 x 4 at N = 10, 21 -> 11 + 10 at
+    N = 30); 0 or no number (atoi) leaves the rule alone. The plan names the switch where it alone splits."""
+    env.setenv("SMALLM_MMA_SPLIT_TOKENS", setting)
+    plan = kernels.kernel_plan("sm_90", "fp8_block128", T, 11, 4096, 256, sms=132)
+    if part == T:
+        assert not plan.startswith(("2 calls", "3 calls", "4 calls")), plan
+        return
+    parts = -(-T // part)
+    why = "x as f16 is" if T > 20 else f"SMALLM_MMA_SPLIT_TOKENS={setting}"
+    assert plan.startswith(f"{parts} calls of at most {part} tokens ({why}"), plan
+    assert kernels.mma_split_tokens("fp8_block128", T, 11, 4096, int(setting)) == part
+
+
 def test_mma_split_rule_matches_the_header():
     text = (HIP / "smallm_moe_twopass.h").read_text()
-    body = text[text.index("inline int mma_split_tokens(int T, int K, int D) {"):]
+    body = text[text.index("inline int mma_split_tokens(int T, int K, int D, int most_tokens = 0) {"):]
     body = body[:body.index("\n}")]
     assert "kXStageBytes / gateup_x_stage_bytes(1, D)" in body and "kMmaMaxPairs / (K > 0 ? K : 1)" in body
+    assert "if (most_tokens > 0 && most_tokens < most) most = most_tokens;" in body
     assert "(T + most - 1) / most" in body and "(T + parts - 1) / parts" in body
     fits = text[text.index("inline bool gateup_mma_fits(int T, int K, int D) {"):]
     assert "T * K <= kMmaMaxPairs" in fits[:fits.index("\n}")]
     launcher = (HIP / "smallm_moe.hip").read_text()
-    assert 'env_switch_on("SMALLM_MMA_SPLIT")' in launcher and "mma_split_tokens<Fmt>(a.T, a.K, a.D)" in launcher
+    assert 'env_switch_on("SMALLM_MMA_SPLIT")' in launcher and 'getenv("SMALLM_MMA_SPLIT_TOKENS")' in launcher
+    assert "mma_split_tokens<Fmt>(a.T, a.K, a.D, split_tokens)" in launcher
     assert "gateup_mma_fits<Fmt>(a.T, a.K, a.D)" in launcher
 
 
