@@ -97,7 +97,7 @@ def test_sort_matches_reference_exactly(case, seed):
     # parts (21 -> 11 + 10, 41 -> 14 + 14 + 13), and the CUDA-core kernels it replaced
     {"SMALLM_MMA_SPLIT": "1", "formats": "fp8_block128,mxfp4", "tokens": "21,41", "shapes": "qwen35-tp4,qwen35-tp8"},
     {"SMALLM_MMA_SPLIT": "0", "formats": "fp8_block128,mxfp4", "tokens": "21", "shapes": "qwen35-tp4,qwen35-tp8"},
-    # calls split below the stage's limit (SMALLM_MMA_SPLIT_TOKENS, for A/B runs of the threshold): 8 -> 4 + 4, 19 -> 7 x 3
+    # calls split below the stage's limit (SMALLM_MMA_SPLIT_TOKENS, for A/B runs of the threshold): 8 -> 4 + 4, 19 -> 7 + 7 + 5
     {"SMALLM_MMA_SPLIT_TOKENS": "7", "formats": "fp8_block128,mxfp4", "tokens": "8,19", "shapes": "qwen35-tp4"},
 ], ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
 def test_kernel_variants_match_reference(switches):
