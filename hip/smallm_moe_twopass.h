@@ -325,25 +325,15 @@ struct GateUpMmaLoads {
 };
 
 #if defined(SMALLM_MMA_F16)
-// The routing a tensor-core gate/up block of kTeams teams holds, and its tokens at most: one team
-// Routing, two MmaRouting (kMmaMaxPairs above says why).
-template <int kTeams>
-struct GateUpMmaRouting {
-  using type = Routing;
-  static constexpr int kTokens = kMaxPairs;
-};
-template <>
-struct GateUpMmaRouting<2> {
-  using type = MmaRouting;
-  static constexpr int kTokens = kMmaMaxPairs;  // a call's tokens are at most its pairs
-};
-
-// The static shared memory of the tensor-core gate/up kernel (x is in its dynamic shared memory).
+// The static shared memory of the tensor-core gate/up kernel (x is in its dynamic shared memory). Its
+// routing is for kPairs pairs: one team Routing's, two MmaRouting's (kMmaMaxPairs above says why); a
+// call's tokens are at most its pairs.
 template <int kTeams>
 struct GateUpMmaShared {
-  typename GateUpMmaRouting<kTeams>::type R;
+  static constexpr int kPairs = kTeams == 2 ? kMmaMaxPairs : kMaxPairs;
+  RoutingFor<kPairs, kMaxExperts> R;
   float red[kTeams][2][kWarps][kMmaPairs][8];
-  int xmax[GateUpMmaRouting<kTeams>::kTokens];  // per token: max |x| (float bits), then 2^e_t (float bits)
+  int xmax[kPairs];  // per token: max |x| (float bits), then 2^e_t (float bits)
 };
 
 // The block's barrier, or with two teams (gate/up, 512 threads) the team's own: named barrier 1 + team
