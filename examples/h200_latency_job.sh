@@ -5,7 +5,7 @@
 # and edge), TESTS=1 the GPU tests, MEMCHECK=1 compute-sanitizer, TIMELINE (examples/timeline),
 # BENCH (`sglang-smallm bench`, Qwen3.5 TP4/TP8 row-major: FP8 at TOKENS, MXFP4 at MXTOKENS), PEER=1
 # SGLang's Triton FP8 peer (.peer/, carry [".peer"]) at TOKENS. SELFTOKENS: the selftest also at these
-# token counts (SEEDS seeds, every shape); MEMTOKENS: memcheck's token counts (default 1,8).
+# token counts (SELFSEEDS seeds, default SEEDS; every shape); MEMTOKENS: memcheck's token counts (default 1,8).
 # BENCH_AB=1: also a package built from a baseline tree's hip/ (.ab/base, made as in
 # h200_ab_job.sh; carry ".ab"), benched right after this tree's. NEW_ENVS (';'-separated settings, e.g.
 # "SMALLM_GATEUP_TEAMS=2"): this tree benched again with each, at ENVTOKENS (default TOKENS), both formats.
@@ -26,7 +26,7 @@ if [ "${SELFTEST:-1}" = 1 ]; then
   timeout 200 python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds "${SEEDS:-5}" > "$OUT/selftest_default.log" 2>&1
   tail -1 "$OUT/selftest_default.log"; grep -E " (FAIL|fail)" "$OUT/selftest_default.log" | head -5
   if [ -n "${SELFTOKENS:-}" ]; then
-    timeout 200 python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds "${SEEDS:-5}" --tokens "$SELFTOKENS" \
+    timeout 200 python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds "${SELFSEEDS:-${SEEDS:-5}}" --tokens "$SELFTOKENS" \
       > "$OUT/selftest_tokens.log" 2>&1
     tail -1 "$OUT/selftest_tokens.log"; grep -E " (FAIL|fail)" "$OUT/selftest_tokens.log" | head -5
   fi

@@ -845,12 +845,19 @@ constexpr int kDownMmaChunks = 4;          // chunks of I per job: I <= 256 (FP8
 // The down's dynamic shared memory (y, 2^e_p, routing weights, staged h) may take what an sm_90 block
 // can have beside its static Routing. The launcher checks it at the smallest grid it may pick (one
 // block per SM, down_mma_smem_at); from about 90 KB one block fits an SM. Qwen3.5 TP4 at 20 tokens
-// (the gate/up's x stage limit) takes 199.4 KB with h's lo half as e5m2: h 170.2 KB, y 27.5 KB. (A
+// (the gate/up's x stage limit) takes 194.2 KB with h's lo half as e5m2: h 165.0 KB, y 27.5 KB. (A
 // fixed 160 KB for h alone, 4 bytes a value, held TP4 to 14 tokens.)
 constexpr int kDownMmaSmemBytes = 207 * 1024;
 constexpr int kMaxYsMmaBytes = 32 * 1024;   // y of a block's row-blocks: the launcher adds blocks until it fits
 
-__host__ __device__ inline int down_mma_hstride(int I) { return I + 8; }  // f16 per pair row (padded: no bank conflicts)
+// f16 values per staged h row (one row a pair: the hi halves, then with the f16 lo half its rows). With
+// the lo half as f16 the rows are padded by 8 values, against bank conflicts. With it as e5m2 (kLo8)
+// they are not: the pad took 8 x 3 B a pair, at Qwen3.5 TP4 19 tokens 5016 B, which put the down's
+// block 4.9 KB past the 196 KB carveout. Unpadded, two pairs of one expert read by one MMA may
+// conflict; at up to 20 tokens most experts have one pair. Qwen3.5 FP8 TP4 19 tokens 197.3 -> 190.7 us
+// (timeline), 18 tokens level (examples/results "h200-ab15" runs 1-2). (A swizzle, odd pairs' values
+// at c ^ 8, measured alike at 19 tokens and 0.9 % slower at 18: one more base register.)
+__host__ __device__ inline int down_mma_hstride(int I, bool lo8) { return lo8 ? I : I + 8; }
 // Chunks of I (MMA steps of mma_step_values) a tensor-core down job covers.
 template <int Fmt>
 __host__ __device__ inline int down_mma_chunks(int I) {
@@ -872,7 +879,7 @@ __host__ __device__ inline int down_mma_ring_chunks(int I) {
 __host__ __device__ inline int down_mma_exp_floats(int N) { return (N + 3) / 4 * 4; }  // 2^e_p per pair, 16-byte padded
 // lo_bytes: 2 (lo as f16) or 1 (kLo8: lo as e5m2)
 __host__ __device__ inline int down_mma_smem_bytes(int N, int I, int nloc, int lo_bytes) {
-  return down_ys_floats(N, kDownMmaRows, nloc) * 4 + 2 * down_mma_exp_floats(N) * 4 + N * down_mma_hstride(I) * (2 + lo_bytes);
+  return down_ys_floats(N, kDownMmaRows, nloc) * 4 + 2 * down_mma_exp_floats(N) * 4 + N * down_mma_hstride(I, lo_bytes == 1) * (2 + lo_bytes);
 }
 
 #if defined(SMALLM_MMA_F16)
@@ -937,7 +944,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   const int nloc = down_owned_blocks(nrb, G, b);
   float* ys = dsm;
   float* hexp = ys + down_ys_floats(N, rb, down_local_blocks(nrb, G));
-  const int hst = down_mma_hstride(a.I), nch = a.I / kCv, rowb2 = a.I / F::kRowBytesDiv;
+  const int hst = down_mma_hstride(a.I, kLo8), nch = a.I / kCv, rowb2 = a.I / F::kRowBytesDiv;
   float* tws = hexp + down_mma_exp_floats(N);
   uint16_t* hhi = reinterpret_cast<uint16_t*>(tws + down_mma_exp_floats(N));
   uint16_t* hlo = hhi + N * hst;                            // lo as f16, or
@@ -1051,7 +1058,9 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
           }
           const int at = p * hst + kPass * j + kLv * lane;
           auto store_f16 = [&](uint16_t* dst, const uint16_t (&hv)[kLv]) {
-            if constexpr (kFp4)
+            if constexpr (kFp4 && kLo8)  // (nvcc split the plain store in four here)
+              store_shared16(dst + at, mxfp4_mma_order(hv));
+            else if constexpr (kFp4)
               *reinterpret_cast<Vec16*>(dst + at) = mxfp4_mma_order(hv);
             else
               *reinterpret_cast<uint2*>(dst + at) = make_uint2(hv[0] | ((uint32_t)hv[1] << 16), hv[2] | ((uint32_t)hv[3] << 16));

@@ -100,6 +100,12 @@ def _twopass_fits(fmt: str, D: int) -> bool:
     return per8 <= 8 or per4 <= 8
 
 
+def down_mma_hstride(I: int, lo8: bool) -> int:
+    """hip/smallm_moe_twopass.h down_mma_hstride: f16 values per staged h row of the tensor-core down,
+    padded by 8 against bank conflicts where h's lo half is f16, not where it is e5m2."""
+    return I if lo8 else I + 8
+
+
 def down_mma_smem_at(N: int, I: int, D: int, sms: int, lo_bytes: int) -> int:
     """hip/smallm_moe.hip down_mma_smem_at: the tensor-core down's dynamic shared memory at its
     smallest grid (one block per SM), with down_grid's rule (more blocks until a block's y fits);
@@ -112,7 +118,7 @@ def down_mma_smem_at(N: int, I: int, D: int, sms: int, lo_bytes: int) -> int:
 
     while ys_bytes(G) > MAX_YS_MMA_BYTES and G < nrb:
         G += 1
-    return ys_bytes(G) + 2 * ((N + 3) // 4 * 4) * 4 + N * (I + 8) * (2 + lo_bytes)
+    return ys_bytes(G) + 2 * ((N + 3) // 4 * 4) * 4 + N * down_mma_hstride(I, lo_bytes == 1) * (2 + lo_bytes)
 
 
 def down_mma_lo_bytes(fmt: str, N: int, I: int, D: int, sms: int):

@@ -85,7 +85,7 @@ def env(monkeypatch):
     (16, 11, 256, "h's lo half as e5m2 (as f16 its block would take 221440 B"),  # stage 209792 B: fits, but the L1
     (17, 11, 256, "down on tensor cores (2 teams per block: 187 pairs >= 33), h's lo half as e5m2 (as f16 its "
                   "stage would take 222912 B, over the 211968 B of a block)"),
-    (20, 11, 256, "h's lo half as e5m2"),    # h 220 * 264 * 3 B + y 220 * 16 * 2 * 4 B + 2^e, tw: 204160 B fit
+    (20, 11, 256, "h's lo half as e5m2"),    # h 220 * 256 * 3 B (e5m2 rows unpadded) + y 220 * 16 * 2 * 4 B + 2^e, tw: 198880 B fit
     (4, 8, 384, "down on CUDA cores (I=384 over 256)"),                   # Qwen3-235B-like
     (21, 11, 256, "2 calls of at most 11 tokens (x as f16 is 172032 B, over the 163840 B stage), each two-pass"),
 ])
@@ -127,14 +127,26 @@ def test_h200_mxfp4_plan(env, T, K, I, expect):
 def test_down_stage_at_the_smallest_grid():
     # Qwen3.5 TP4, 16 tokens on 132 SMs: 256 row-blocks over 132 blocks, 2 per block
     assert kernels.down_mma_smem_at(176, 256, 4096, 132, 2) == 176 * 16 * 2 * 4 + 2 * 176 * 4 + 176 * 264 * 4
-    assert kernels.down_mma_smem_at(176, 256, 4096, 132, 1) == 176 * 16 * 2 * 4 + 2 * 176 * 4 + 176 * 264 * 3
+    assert kernels.down_mma_smem_at(176, 256, 4096, 132, 1) == 176 * 16 * 2 * 4 + 2 * 176 * 4 + 176 * 256 * 3  # unpadded
     # 114 SMs: 3 row-blocks' y (33792 B) pass 32 KB, so the launcher adds blocks up to 2 per block
     assert kernels.down_mma_smem_at(176, 256, 4096, 114, 2) == kernels.down_mma_smem_at(176, 256, 4096, 132, 2)
     # 32 SMs, 16 pairs: y of 8 row-blocks per block (8192 B) fits 32 KB as it is
     assert kernels.down_mma_smem_at(16, 256, 4096, 32, 2) == 16 * 16 * 8 * 4 + 2 * 16 * 4 + 16 * 264 * 4
     # an I the MMA chunks take whose stage cannot fit at any grid: CUDA cores, with the bytes
-    assert ("down on CUDA cores (its staged h and y take 271360 B even with h's lo half as e5m2, over the 211968 B "
-            "of a block)") in kernels.kernel_plan("sm_90", "mxfp4", 20, 8, 4096, 512, sms=132)  # 160 * 520 * 3 B of h alone
+    assert ("down on CUDA cores (its staged h and y take 267520 B even with h's lo half as e5m2, over the 211968 B "
+            "of a block)") in kernels.kernel_plan("sm_90", "mxfp4", 20, 8, 4096, 512, sms=132)  # 160 * 512 * 3 B of h alone
+
+
+def test_down_h_rows_pad_only_the_f16_lo_half():
+    # the mirror's row stride is the header's (padded by 8 values with an f16 lo half, not with e5m2)
+    text = (HIP / "smallm_moe_twopass.h").read_text()
+    assert "inline int down_mma_hstride(int I, bool lo8) { return lo8 ? I : I + 8; }" in text
+    assert "N * down_mma_hstride(I, lo_bytes == 1) * (2 + lo_bytes)" in text
+    assert (kernels.down_mma_hstride(256, False), kernels.down_mma_hstride(256, True)) == (264, 256)
+    # what the unpadded e5m2 rows are for: Qwen3.5 TP4 19 tokens (209 pairs), the down's block within the
+    # 196 KB carveout (with the pad, 209 * 8 * 3 B more, it was 4920 B past it)
+    block = kernels.down_mma_smem_at(209, 256, 4096, 132, 1) + kernels.MMA_ROUTING_BYTES + kernels.BLOCK_RESERVED_SMEM_BYTES
+    assert block <= 196 * 1024 < block + 209 * 8 * 3
 
 
 def test_mma_routing_bytes_match_the_struct():
