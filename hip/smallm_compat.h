@@ -490,10 +490,9 @@ SMALLM_DEV uint32_t e4m3x2_to_f16x2(uint32_t pair16) {
   return (uint32_t)h.x | ((uint32_t)h.y << 16);
 }
 
-// 16 bytes to shared memory in one store (p 16-byte aligned). nvcc split the plain store of a Vec16
-// into four 4-byte ones where the address came through an XOR (the tensor-core down's h stage).
-// Nothing may read p before a barrier that follows (the store is not ordered against other memory
-// accesses otherwise).
+// 16 bytes to shared memory in one store (p 16-byte aligned). nvcc split some plain stores of a Vec16
+// into four 4-byte ones (the tensor-core down's MXFP4 h stage with the lo half as e5m2). Nothing may
+// read p before a barrier that follows (the store is not ordered against other memory accesses).
 SMALLM_DEV void store_shared16(void* p, const Vec16& v) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"((unsigned)__cvta_generic_to_shared(p)), "r"(v.w[0]),
                "r"(v.w[1]), "r"(v.w[2]), "r"(v.w[3]));

@@ -855,8 +855,8 @@ constexpr int kMaxYsMmaBytes = 32 * 1024;   // y of a block's row-blocks: the la
 // they are not: the pad took 8 x 3 B a pair, at Qwen3.5 TP4 19 tokens 5016 B, which put the down's
 // block 4.9 KB past the 196 KB carveout. Unpadded, two pairs of one expert read by one MMA may
 // conflict; at up to 20 tokens most experts have one pair. Qwen3.5 FP8 TP4 19 tokens 175.1 -> 166.8 us,
-// MXFP4 157.9 -> 155.8, 15-18 and 20 tokens level (examples/results "h200-ab15" run 3). (A swizzle, odd
-// pairs' values at c ^ 8, took one more base register: alike at 19 tokens, 2 % slower at 18, run 2.)
+// MXFP4 157.9 -> 155.8, 15-18 and 20 tokens level (examples/results "h200-ab15" run 3). (Swizzling odd
+// pairs' values instead, c ^ 8, took one more base register: alike at 19 tokens, 2 % slower at 18, run 2.)
 __host__ __device__ inline int down_mma_hstride(int I, bool lo8) { return lo8 ? I : I + 8; }
 // Chunks of I (MMA steps of mma_step_values) a tensor-core down job covers.
 template <int Fmt>
