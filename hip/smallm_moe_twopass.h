@@ -843,7 +843,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
 constexpr int kDownMmaRows = 16;           // output rows per row-block (one MMA tile)
 constexpr int kDownMmaChunks = 4;          // chunks of I per job: I <= 256 (FP8), 512 (MXFP4)
 // The down's dynamic shared memory (y, 2^e_p, routing weights, staged h) may take what an sm_90 block
-// can have beside its static Routing. The launcher checks it at the smallest grid it may pick (one
+// can have beside its static MmaRouting. The launcher checks it at the smallest grid it may pick (one
 // block per SM, down_mma_smem_at); from about 90 KB one block fits an SM. Qwen3.5 TP4 at 20 tokens
 // (the gate/up's x stage limit) takes 194.2 KB with h's lo half as e5m2: h 165.0 KB, y 27.5 KB. (A
 // fixed 160 KB for h alone, 4 bytes a value, held TP4 to 14 tokens.)

@@ -41,7 +41,8 @@ CAPS: Sequence[Cap] = (
     # 160 KB stage and the launcher splits the call into tensor-core calls of <= 20 tokens. With I=256
     # faster at every count up to 28 ("h200-ab14" run 1: 20: 173.3 vs 191.2 us, 21: 176.7 vs 192.5,
     # 24: 196.7 vs 212.4, 26: 211.6 vs 233.3, 28: 233.7 vs 241.5, and 226.3 in run 3 with the tensor-core
-    # kernels' smaller routing) and slower at 32 (263.8 vs 258.1): the cap is 28 (29-31 not measured).
+    # kernels' smaller routing; "h200-ab15" run 6: 236.0 vs 243.5, run 5 level), level at 29-31 (run 4:
+    # within 0.5 %) and slower at 32 (263.8 vs 258.1; run 4: 267.1 vs 260.8): the cap is 28.
     # With I=128 faster at every count measured up to 41 ("h200-ab8" runs 4-5: 100.6 vs 139.4 at 20,
     # 117.7 vs 143.4 at 21, 162.1 vs 183.8 at 32, 200.6 vs 219.6 at 40 (two calls of 20), 217.7 vs 224.8
     # at 41 (three calls)) and level at 44 and 48 (229.2 vs 229.9, 241.4 vs 242.8): the cap is 40, the
