@@ -289,6 +289,30 @@ def test_xstage_builds_with_its_copy_forms(tmp_path):
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
+def test_grouped_probe_builds_with_its_two_designs(tmp_path):
+    """examples/grouped/grouped_probe.cu (the one-launch probes recorded in examples/results "h200-ab16")
+    builds for sm_90a against hip/ as its header says, with warnings as errors and without spills, and its
+    two kernels are what it says: both stream through bulk copies on transaction barriers; A sums on CUDA
+    cores, B on tensor cores."""
+    root = HIP.parent
+    r = _nvcc_sm90a("-Xptxas", "-v", "-keep", "-keep-dir", tmp_path, "-I", HIP, root / "examples" / "grouped" / "grouped_probe.cu",
+                    "-o", tmp_path / "gp", timeout=600, target=("-gencode", "arch=compute_90a,code=sm_90a"))
+    assert r.returncode == 0, r.stderr[-4000:]
+    spills = _ptxas_spills(r.stderr)
+    assert not spills, spills
+    ptx = list(tmp_path.glob("*.ptx"))
+    assert len(ptx) == 1, sorted(p.name for p in tmp_path.iterdir())
+    bodies = _ptx_entries(ptx[0].read_text())
+    grouped = [b for n, b in bodies.items() if "grouped_kernel" in n]
+    onelaunch = [b for n, b in bodies.items() if "onelaunch_kernel" in n]
+    assert len(grouped) == 1 and len(onelaunch) == 1, sorted(bodies)
+    for body in grouped + onelaunch:
+        assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in body
+        assert "mbarrier.try_wait.parity" in body
+    assert "mma.sync" not in grouped[0] and "mma.sync.aligned.m16n8k16" in onelaunch[0]
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
 def test_loadpattern_harness_builds(tmp_path):
     """examples/loadpattern/loadpattern.cu (the gate/up's weight loads alone, recorded in
     examples/results "h200-ab") builds for sm_90a with warnings as errors and without spills."""
