@@ -23,8 +23,9 @@
 //
 // Usage: grouped_probe [tokens, default 1,2,3,4] (Qwen3.5 shapes: D 4096, E 513, K 11, I 256 and 128).
 // PROBE_KERNEL=A|B|AB (default B); PROBE_MODE=1 skips the arithmetic (the stream and the waits alone);
-// PROBE_LOADER (B): 0 one bulk copy per padded row, 1 cp.async 16-byte chunks by every thread, 2 (what
-// streamed best) one bulk copy per 16 KB of gate or up rows and per W2 expert piece, rows unpadded.
+// PROBE_LOADER (B): 0 one bulk copy per padded row, 1 cp.async 16-byte chunks by every thread, 2 (the
+// default: what streamed best) one bulk copy per 16 KB of gate or up rows (the up rows 64 bytes further:
+// the other bank half) and per W2 expert piece, rows unpadded.
 // Build: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -Ihip examples/grouped/grouped_probe.cu -o gp
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -458,6 +459,7 @@ struct Shared {
   float sc[kMaxP];    // 2^e_t per token
   float tw[kMaxP];    // routing weights
   float hexp[kMaxP];  // 2^e_p per pair
+  int xmax[kMaxP];    // per token max |x| (float bits)
 };
 
 SMALLM_DEV unsigned long long gtime() {
@@ -491,6 +493,7 @@ __global__ void __launch_bounds__(kThreads, 1) onelaunch_kernel(MoeArgs a, unsig
   asm volatile("cp.async.commit_group;" ::: "memory");
   if (t < kSlots) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&S.full[t])) : "memory");
   if (t < N) S.tw[t] = a.topk_w[t];
+  if (t < T) S.xmax[t] = 0;
   auto nothing = [] {};
   build_routing<kThreads>(a, S.R, nothing);  // ends with a barrier
   mark(1);
@@ -579,32 +582,10 @@ __global__ void __launch_bounds__(kThreads, 1) onelaunch_kernel(MoeArgs a, unsig
   };
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   block_sync();
-  // x: per token (warp w takes tokens w, w + 8, ..) max |x|, then f16 * 2^-e_t in place
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
-  block_sync();
-  for (int tok = w; tok < T; tok += kWarps) {
-    Vec16* row = reinterpret_cast<Vec16*>(xs + (size_t)tok * D);
-    float mx = 0.0f;
-    for (int i = lane; i < D / 8; i += kWarp) {
-      const Vec16 v = row[i];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) mx = fmaxf(mx, fmaxf(fabsf(bf16_lo(v.w[k])), fabsf(bf16_hi(v.w[k]))));
-    }
-    for (int o = 1; o < kWarp; o <<= 1) mx = fmaxf(mx, shfl_xor(mx, o));
-    const int ex = f16_stage_exponent(mx);
-    if (lane == 0) S.sc[tok] = exp2_int(ex);
-    const float inv = exp2_int(-ex);
-    for (int i = lane; i < D / 8; i += kWarp) {
-      const Vec16 v = row[i];
-      Vec16 o;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) o.w[k] = (uint32_t)f32_to_f16(bf16_lo(v.w[k]) * inv) | ((uint32_t)f32_to_f16(bf16_hi(v.w[k]) * inv) << 16);
-      row[i] = o;
-    }
-  }
-  block_sync();
+  // the ring's first slots first (x's copies, issued at entry, are ahead of them), then x staged by every
+  // thread: per token max |x| (warp max, one shared atomic per warp), then f16 * 2^-e_t in place, each
+  // thread rewriting the vectors it read
   if (loader == 1) {
-    
     for (int it = 0; it < kSlots; ++it) {
       if (it < nitems)
         issue_cp(it);
@@ -614,28 +595,60 @@ __global__ void __launch_bounds__(kThreads, 1) onelaunch_kernel(MoeArgs a, unsig
   } else if (w == 0) {
     for (int it = 0; it < kSlots && it < nitems; ++it) issue(it);
   }
+  if (loader == 1)
+    asm volatile("cp.async.wait_group %0;" ::"n"(kSlots) : "memory");  // x's group, older than the slots'
+  else
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+  block_sync();
+  for (int tok = 0; tok < T; ++tok) {
+    const Vec16* row = reinterpret_cast<const Vec16*>(xs + (size_t)tok * D);
+    float mx = 0.0f;
+    for (int i = t; i < D / 8; i += kThreads) {
+      const Vec16 v = row[i];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) mx = fmaxf(mx, fmaxf(fabsf(bf16_lo(v.w[k])), fabsf(bf16_hi(v.w[k]))));
+    }
+    for (int o = 1; o < kWarp; o <<= 1) mx = fmaxf(mx, shfl_xor(mx, o));
+    if (lane == 0) atomicMax(&S.xmax[tok], __float_as_int(mx));
+  }
+  block_sync();
+  for (int tok = 0; tok < T; ++tok) {
+    const int ex = f16_stage_exponent(__int_as_float(S.xmax[tok]));
+    if (t == 0) S.sc[tok] = exp2_int(ex);
+    const float inv = exp2_int(-ex);
+    Vec16* row = reinterpret_cast<Vec16*>(xs + (size_t)tok * D);
+    for (int i = t; i < D / 8; i += kThreads) {
+      const Vec16 v = row[i];
+      Vec16 o;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) o.w[k] = (uint32_t)f32_to_f16(bf16_lo(v.w[k]) * inv) | ((uint32_t)f32_to_f16(bf16_hi(v.w[k]) * inv) << 16);
+      row[i] = o;
+    }
+  }
+  block_sync();
   mark(2);
   const int nsteps = D / 64, pm = g >> 1, hf = g & 1;
   int buf = 0;
   auto grid_wait_and_stage_h = [&] {
     block_sync();
     mark(4);
+    // W2 scales of the block's row-blocks, every expert (they do not depend on h: requested before the count)
+    for (int i = t; i < nrl * U * (I / 128); i += kThreads) {
+      const int rl = i / (U * (I / 128)), r2 = i - rl * U * (I / 128), u = r2 / (I / 128), kb = r2 % (I / 128);
+      const int e = R.id[R.ulead[u]];
+      s2s[i] = static_cast<const float*>(a.s2)[((size_t)e * (D / 128) + (rbs + rl) * 16 / 128) * (I / 128) + kb];
+    }
     if (t == 0) {
       __threadfence();
       atomicAdd(&sync[0], 1u);
-      while (load_acquire(&sync[0]) < (unsigned)G) __nanosleep(20);
+      while (load_acquire(&sync[0]) < (unsigned)G) {
+      }
       if (atomicAdd(&sync[1], 1u) == (unsigned)G - 1) {
         sync[0] = 0;
         sync[1] = 0;
       }
     }
     block_sync();
-    // W2 scales of the block's row-blocks, every expert
-    for (int i = t; i < nrl * U * (I / 128); i += kThreads) {
-      const int rl = i / (U * (I / 128)), r2 = i - rl * U * (I / 128), u = r2 / (I / 128), kb = r2 % (I / 128);
-      const int e = R.id[R.ulead[u]];
-      s2s[i] = static_cast<const float*>(a.s2)[((size_t)e * (D / 128) + (rbs + rl) * 16 / 128) * (I / 128) + kb];
-    }
     // h of every pair -> hi / lo f16 * 2^-e_p (warp w takes pairs w, w + 8, ..; lane: I / 32 values)
     const int kv = I / kWarp;  // 8 (I 256) or 4 (I 128)
     for (int p = w; p < N; p += kWarps) {
@@ -900,7 +913,7 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&stamps, 1024 * 8 * 8));
   const int mode = getenv("PROBE_MODE") ? atoi(getenv("PROBE_MODE")) : 0;
   const char* kinds = getenv("PROBE_KERNEL") ? getenv("PROBE_KERNEL") : "B";  // A grouped, B one launch
-  const int loader = getenv("PROBE_LOADER") ? atoi(getenv("PROBE_LOADER")) : 1;  // B: see the header
+  const int loader = getenv("PROBE_LOADER") ? atoi(getenv("PROBE_LOADER")) : 2;  // B: see the header
   CK(cudaFuncSetAttribute(olp::onelaunch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 216 * 1024));
   printf("device %s, %d SMs; grouped probe: grid %d x %d threads, ring %d x %d KB\n", prop.name, SM, SM, kT, kNS, kSB / 1024);
   printf("%c %-5s %3s %4s %9s %9s %9s %7s %10s\n", 'K', "shape", "T", "U", "probe_us", "floor_us", "x_floor", "MB", "rel_err");
