@@ -437,9 +437,9 @@ __global__ void __launch_bounds__(kT, 1) grouped_kernel(Args a) {
 // The package's helpers (MMA, conversions, routing) from hip/ (-I hip). Every block takes a balanced
 // share of the call's bytes: a contiguous range of W13 tiles (distinct expert u, 4 gate + 4 up rows, in
 // (u, tile) order) and the output row-blocks [rbs, rbe) (16 rows) for every distinct expert, the W13
-// range sized so that W13 + W2 bytes are equal across blocks. Warp 0 streams the block's items (W13
-// tiles, then W2 (row-block, experts) pieces) into a ring of shared-memory slots with cp.async.bulk,
-// rows padded against bank conflicts, so W2 is in flight while the block waits. After its tiles the
+// range sized so that W13 + W2 bytes are equal across blocks. The block's items (W13 tiles, then W2
+// (row-block, experts) pieces) stream into a ring of shared-memory slots (PROBE_LOADER: the header), so
+// W2 is in flight while the block waits. After its tiles the
 // block writes h, counts itself on one counter and waits for all blocks (grid <= SMs, one block per SM:
 // all resident); then stages every pair's h as hi/lo f16 (as the tensor-core down), computes y for its
 // row-blocks on tensor cores and sums each token's slots in slot order: no reduction across blocks.
@@ -915,7 +915,8 @@ int main(int argc, char** argv) {
   const char* kinds = getenv("PROBE_KERNEL") ? getenv("PROBE_KERNEL") : "B";  // A grouped, B one launch
   const int loader = getenv("PROBE_LOADER") ? atoi(getenv("PROBE_LOADER")) : 2;  // B: see the header
   CK(cudaFuncSetAttribute(olp::onelaunch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 216 * 1024));
-  printf("device %s, %d SMs; grouped probe: grid %d x %d threads, ring %d x %d KB\n", prop.name, SM, SM, kT, kNS, kSB / 1024);
+  printf("device %s, %d SMs; grid %d x %d threads; ring A %d x %d KB, B %d x %d B (loader %d, mode %d)\n", prop.name, SM, SM, kT,
+         kNS, kSB / 1024, olp::kSlots, olp::kSlotBytes, loader, mode);
   printf("%c %-5s %3s %4s %9s %9s %9s %7s %10s\n", 'K', "shape", "T", "U", "probe_us", "floor_us", "x_floor", "MB", "rel_err");
   for (int I : {256, 128}) {
     const size_t b13 = (size_t)E * 2 * I * D, b2 = (size_t)E * D * I;
