@@ -267,20 +267,25 @@ def test_convbench_builds_with_both_decodes(tmp_path):
     assert "cvt.rn.f16x2.e4m3x2" not in ints[0] and "prmt.b32" in ints[0]
 
 
-@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
-def test_xstage_builds_with_its_copy_forms(tmp_path):
-    """examples/xstage/xstage.cu (x copied into every block's shared memory, recorded in
-    examples/results "h200-ab11") builds for sm_90a as its header says, with warnings as errors and
-    without spills, and its forms are what it says: bulk copies, with and without cluster multicast."""
-    root = HIP.parent
-    r = _nvcc_sm90a("-Xptxas", "-v", "-keep", "-keep-dir", tmp_path, root / "examples" / "xstage" / "xstage.cu",
-                    "-o", tmp_path / "xstage", timeout=600, target=("-gencode", "arch=compute_90a,code=sm_90a"))
+def _example_ptx(tmp_path, source, *flags):
+    """examples/<source> built for sm_90a (-gencode, as the probes' headers build them) with warnings as errors,
+    asserted free of spills: its PTX kernels ({mangled name: text})."""
+    r = _nvcc_sm90a("-Xptxas", "-v", "-keep", "-keep-dir", tmp_path, *flags, HIP.parent / "examples" / source,
+                    "-o", tmp_path / "probe", timeout=600, target=("-gencode", "arch=compute_90a,code=sm_90a"))
     assert r.returncode == 0, r.stderr[-4000:]
     spills = _ptxas_spills(r.stderr)
     assert not spills, spills
     ptx = list(tmp_path.glob("*.ptx"))
     assert len(ptx) == 1, sorted(p.name for p in tmp_path.iterdir())
-    bodies = _ptx_entries(ptx[0].read_text())
+    return _ptx_entries(ptx[0].read_text())
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
+def test_xstage_builds_with_its_copy_forms(tmp_path):
+    """examples/xstage/xstage.cu (x copied into every block's shared memory, recorded in
+    examples/results "h200-ab11") builds for sm_90a as its header says, with warnings as errors and
+    without spills, and its forms are what it says: bulk copies, with and without cluster multicast."""
+    bodies = _example_ptx(tmp_path, "xstage/xstage.cu")
     assert len(bodies) == 5, sorted(bodies)
     by_form = {int(re.search(r"stageILi(\d)E", name).group(1)): b for name, b in bodies.items()}
     assert "cp.async.cg.shared.global" in by_form[0] and "cp.async.bulk" not in by_form[0]
@@ -294,15 +299,7 @@ def test_grouped_probe_builds_with_its_two_designs(tmp_path):
     builds for sm_90a against hip/ as its header says, with warnings as errors and without spills, and its
     two kernels are what it says: both stream through bulk copies on transaction barriers; A sums on CUDA
     cores, B on tensor cores."""
-    root = HIP.parent
-    r = _nvcc_sm90a("-Xptxas", "-v", "-keep", "-keep-dir", tmp_path, "-I", HIP, root / "examples" / "grouped" / "grouped_probe.cu",
-                    "-o", tmp_path / "gp", timeout=600, target=("-gencode", "arch=compute_90a,code=sm_90a"))
-    assert r.returncode == 0, r.stderr[-4000:]
-    spills = _ptxas_spills(r.stderr)
-    assert not spills, spills
-    ptx = list(tmp_path.glob("*.ptx"))
-    assert len(ptx) == 1, sorted(p.name for p in tmp_path.iterdir())
-    bodies = _ptx_entries(ptx[0].read_text())
+    bodies = _example_ptx(tmp_path, "grouped/grouped_probe.cu", "-I", HIP)
     grouped = [b for n, b in bodies.items() if "grouped_kernel" in n]
     onelaunch = [b for n, b in bodies.items() if "onelaunch_kernel" in n]
     assert len(grouped) == 1 and len(onelaunch) == 1, sorted(bodies)
