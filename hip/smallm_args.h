@@ -33,6 +33,7 @@ struct MoeArgs {
   int x_prefetch;           // 1: copy the next phase-1 item's x slices during this one (default)
   unsigned pair_magic;      // PairToken: ceil(2^20 / K), set by smallm_moe_launch (a kernel parameter
                             // the kernels read from constant memory, not a register they hold)
+  unsigned tile_magic;      // JobExpert: ceil(2^32 / (I / 4)), set by smallm_moe_launch (the same way)
   float out_scale;
 };
 

@@ -178,6 +178,32 @@ constexpr bool pair_token_exact() {
 }
 static_assert(pair_token_exact(), "PairToken must equal p / K for every pair index and slot count");
 
+// The distinct expert u = job / tiles of a gate/up job (tiles = I / 4 jobs per expert), as the high
+// word of job * ceil(2^32 / tiles): exact while job * tiles < 2^32 (the factor exceeds 2^32 / tiles by
+// r / tiles with r < tiles, so the product exceeds job / tiles by less than job / 2^32 < 1 / tiles),
+// here job < kMaxPairs * kMaxInter / 4 and tiles <= kMaxInter / 4: below 2^26. The factor comes from
+// MoeArgs::tile_magic, like PairToken's (tiles >= 2: I is a multiple of 128).
+struct JobExpert {
+  uint32_t magic;  // ceil(2^32 / tiles)
+  __host__ __device__ static constexpr uint32_t magic_of(int tiles) {
+    return (uint32_t)(((1ull << 32) + (uint64_t)tiles - 1u) / (uint64_t)tiles);
+  }
+  __host__ __device__ constexpr int operator()(int job) const { return (int)(((uint64_t)(uint32_t)job * magic) >> 32); }
+};
+// Checked for every tiles at its largest job, kMaxPairs * tiles - 1 (a call's distinct experts are at
+// most its pairs): there both the fraction of job / tiles and the excess are largest, so every smaller
+// job is exact where it is.
+constexpr bool job_expert_exact() {
+  for (int tiles = 2; tiles <= kMaxInter / 4; ++tiles) {
+    const JobExpert je{JobExpert::magic_of(tiles)};
+    const int jobs[4] = {kMaxPairs * tiles - 1, kMaxPairs * tiles - tiles, tiles - 1, tiles};
+    for (int job : jobs)
+      if (je(job) != job / tiles) return false;
+  }
+  return true;
+}
+static_assert(job_expert_exact(), "JobExpert must equal job / tiles for every job of a call");
+
 // The block kernel's routing, with its item tickets and the tokens a phase-2 item completed.
 struct FusedRouting : Routing {
   int ticket, next;

@@ -450,6 +450,7 @@ int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* st
   smallm::MoeArgs a = args;
   a.x_prefetch = x_prefetch;
   a.pair_magic = smallm::PairToken::magic_of(a.K);
+  a.tile_magic = smallm::JobExpert::magic_of(a.I / 4);
   // SMALLM_KERNEL_VARIANT forces a variant (A/B runs; read once per process).
   static const int forced = [] {
     const char* v = getenv("SMALLM_KERNEL_VARIANT");

@@ -25,7 +25,8 @@
 // PROBE_KERNEL=A|B|AB (default B); PROBE_MODE=1 skips the arithmetic (the stream and the waits alone);
 // PROBE_LOADER (B): 0 one bulk copy per padded row, 1 cp.async 16-byte chunks by every thread, 2 (the
 // default: what streamed best) one bulk copy per 16 KB of gate or up rows (the up rows 64 bytes further:
-// the other bank half) and per W2 expert piece, rows unpadded.
+// the other bank half) and per W2 expert piece, rows unpadded. PROBE_XFIRST=1 (B, loader 2): the ring's
+// first slots issued only after x is staged (the default issues them first).
 // Build: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -Ihip examples/grouped/grouped_probe.cu -o gp
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -57,6 +58,7 @@ constexpr int kSB = 16384;       // bytes per slot: 4 W13 rows at D = 4096, 64 W
 constexpr int kMaxN = 64;        // pairs (routing by threads 0..63)
 constexpr int kMP = 8;           // pairs of one expert per pass
 constexpr int kMaxD = 4096, kMaxI = 256;
+constexpr int kStamps = 11;  // %globaltimer points per block (0-7 both probes; 8-10 B's setup: ring issued, x in, x max)
 
 struct Args {
   const uint8_t* w13;  // [E, 2I, D] e4m3
@@ -149,7 +151,7 @@ __global__ void __launch_bounds__(kT, 1) grouped_kernel(Args a) {
   __shared__ Shared S;
   const int t = threadIdx.x, lane = t & 31, w = t >> 5, b = blockIdx.x, G = gridDim.x;
   auto mark = [&](int i) {
-    if (a.stamps && t == 0) a.stamps[b * 8 + i] = gtime();
+    if (a.stamps && t == 0) a.stamps[b * kStamps + i] = gtime();
   };
   mark(0);
   const int N = a.T * a.K, D = a.D, I = a.I, nv = D / 16, iv = I / 16;
@@ -469,14 +471,14 @@ SMALLM_DEV unsigned long long gtime() {
 }
 SMALLM_DEV unsigned saddr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
-__global__ void __launch_bounds__(kThreads, 1) onelaunch_kernel(MoeArgs a, unsigned* sync, unsigned long long* stamps, int mode, int loader) {
+__global__ void __launch_bounds__(kThreads, 1) onelaunch_kernel(MoeArgs a, unsigned* sync, unsigned long long* stamps, int mode, int loader, int xfirst) {
 #if defined(SMALLM_MMA_F16)  // device pass only
   extern __shared__ __attribute__((aligned(128))) uint8_t dsm[];
   __shared__ Shared S;
   const int t = thread_id(), lane = lane_id(), w = t / kWarp, g = lane >> 2, q = lane & 3;
   const int b = block_id(), G = gridDim.x;
   auto mark = [&](int i) {
-    if (stamps && t == 0) stamps[b * 8 + i] = gtime();
+    if (stamps && t == 0) stamps[b * kStamps + i] = gtime();
   };
   mark(0);
   const int T = a.T, K = a.K, D = a.D, I = a.I, N = T * K;
@@ -585,6 +587,7 @@ __global__ void __launch_bounds__(kThreads, 1) onelaunch_kernel(MoeArgs a, unsig
   // the ring's first slots first (x's copies, issued at entry, are ahead of them), then x staged by every
   // thread: per token max |x| (warp max, one shared atomic per warp), then f16 * 2^-e_t in place, each
   // thread rewriting the vectors it read
+  // (xfirst, loader 2 only: the ring's first slots only after x is staged)
   if (loader == 1) {
     for (int it = 0; it < kSlots; ++it) {
       if (it < nitems)
@@ -592,13 +595,15 @@ __global__ void __launch_bounds__(kThreads, 1) onelaunch_kernel(MoeArgs a, unsig
       else
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
-  } else if (w == 0) {
+  } else if (w == 0 && !xfirst) {
     for (int it = 0; it < kSlots && it < nitems; ++it) issue(it);
   }
+  mark(8);
   if (loader == 1)
     asm volatile("cp.async.wait_group %0;" ::"n"(kSlots) : "memory");  // x's group, older than the slots'
   else
     asm volatile("cp.async.wait_group 0;" ::: "memory");
+  mark(9);
   block_sync();
   for (int tok = 0; tok < T; ++tok) {
     const Vec16* row = reinterpret_cast<const Vec16*>(xs + (size_t)tok * D);
@@ -612,6 +617,7 @@ __global__ void __launch_bounds__(kThreads, 1) onelaunch_kernel(MoeArgs a, unsig
     if (lane == 0) atomicMax(&S.xmax[tok], __float_as_int(mx));
   }
   block_sync();
+  mark(10);
   for (int tok = 0; tok < T; ++tok) {
     const int ex = f16_stage_exponent(__int_as_float(S.xmax[tok]));
     if (t == 0) S.sc[tok] = exp2_int(ex);
@@ -627,6 +633,8 @@ __global__ void __launch_bounds__(kThreads, 1) onelaunch_kernel(MoeArgs a, unsig
   }
   block_sync();
   mark(2);
+  if (xfirst && loader == 2 && w == 0)
+    for (int it = 0; it < kSlots && it < nitems; ++it) issue(it);
   const int nsteps = D / 64, pm = g >> 1, hf = g & 1;
   int buf = 0;
   auto grid_wait_and_stage_h = [&] {
@@ -910,8 +918,9 @@ int main(int argc, char** argv) {
   unsigned* sink;
   CK(cudaMalloc(&sink, 4));
   unsigned long long* stamps;
-  CK(cudaMalloc(&stamps, 1024 * 8 * 8));
+  CK(cudaMalloc(&stamps, 1024 * kStamps * 8));
   const int mode = getenv("PROBE_MODE") ? atoi(getenv("PROBE_MODE")) : 0;
+  const int xfirst = getenv("PROBE_XFIRST") ? atoi(getenv("PROBE_XFIRST")) : 0;  // B, loader 2: x staged before the ring
   const char* kinds = getenv("PROBE_KERNEL") ? getenv("PROBE_KERNEL") : "B";  // A grouped, B one launch
   const int loader = getenv("PROBE_LOADER") ? atoi(getenv("PROBE_LOADER")) : 2;  // B: see the header
   CK(cudaFuncSetAttribute(olp::onelaunch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 216 * 1024));
@@ -1010,7 +1019,7 @@ int main(int argc, char** argv) {
           x.stamps = stp;
           grouped_kernel<<<SM, kT, smem, st>>>(x);
         } else {
-          olp::onelaunch_kernel<<<SM, kT, smem, st>>>(moe_args(c), cnt + 3072 - 8, stp, mode, loader);
+          olp::onelaunch_kernel<<<SM, kT, smem, st>>>(moe_args(c), cnt + 3072 - 8, stp, mode, loader, xfirst);
         }
       };
       auto launch = [&](int c) { launch_st(c, nullptr); };
@@ -1090,21 +1099,22 @@ int main(int argc, char** argv) {
       {  // one stamped call (copy 7, after copies 0-6: its weights not in L2): per point, the median and
          // the last block, us after the first block's entry
         for (int c = 0; c < copies; ++c) {
-          CK(cudaMemsetAsync(stamps, 0, 1024 * 64, st));
+          CK(cudaMemsetAsync(stamps, 0, 1024 * kStamps * 8, st));
           launch_st(c, c == copies - 1 ? stamps : nullptr);
         }
-        std::vector<unsigned long long> hs(SM * 8);
-        CK(cudaMemcpyAsync(hs.data(), stamps, SM * 64, cudaMemcpyDeviceToHost, st));
+        std::vector<unsigned long long> hs(SM * kStamps);
+        CK(cudaMemcpyAsync(hs.data(), stamps, SM * kStamps * 8, cudaMemcpyDeviceToHost, st));
         CK(cudaStreamSynchronize(st));
         unsigned long long t0 = ~0ull;
         for (int bb = 0; bb < SM; ++bb)
-          if (hs[bb * 8]) t0 = std::min(t0, hs[bb * 8]);
+          if (hs[bb * kStamps]) t0 = std::min(t0, hs[bb * kStamps]);
         printf("  %c stamps T=%d I=%d (median / last, us): ", kind, T, I);
-        const char* names[8] = {"entry", "routed", "setup", "item0", "h_done", "h_ready", "items", "exit"};
-        for (int i = 0; i < 8; ++i) {
+        const char* names[kStamps] = {"entry", "routed", "setup", "item0", "h_done", "h_ready", "items", "exit",
+                                      "issued", "x_in", "x_max"};
+        for (int i = 0; i < kStamps; ++i) {
           std::vector<double> v;
           for (int bb = 0; bb < SM; ++bb)
-            if (hs[bb * 8 + i]) v.push_back((hs[bb * 8 + i] - t0) / 1000.0);
+            if (hs[bb * kStamps + i]) v.push_back((hs[bb * kStamps + i] - t0) / 1000.0);
           if (v.empty()) continue;
           std::sort(v.begin(), v.end());
           printf("%s %.2f/%.2f  ", names[i], v[v.size() / 2], v.back());
