@@ -1,10 +1,13 @@
-"""SGLang's own FusedMoE (FP8 block-scale) on a GPU, built twice from the same weights:
---moe-runner-backend triton, and smallm. Checks that smallm's fallback calls give bit-identical
-results to the triton backend, that SGLANG_ROCM_SMALLM_MOE=0 sends everything there, and that
-calls inside the cap run the compiled kernel within tolerance of the reference.
-Run on a GPU machine with a full SGLang install. Status: not yet run successfully here — the H200
-image carries only the peer's import subset of SGLang (no compressed_tensors etc.), so building
-SGLang's quantization stack failed there (2026-11-30)."""
+"""SGLang's own FusedMoE (FP8 block-scale) on a GPU with --moe-runner-backend smallm, and the same layer
+with --moe-runner-backend triton, built from the same weights. Checks, per token count:
+  - calls the gate sends to the kernel: the compiled kernel ran inside SGLang's layer, within the
+    FP8 tolerance of the reference;
+  - calls it sends to the fallback: bit-identical to the triton backend's layer;
+  - SGLANG_ROCM_SMALLM_MOE=0: every call decided for the fallback, and bit-identical to triton.
+Where a path cannot run on the machine (the H200 image has no sgl_kernel: SGLang's Triton runner on CUDA
+calls its silu_and_mul, moe_align_block_size and moe_sum_reduce, which the import-only stub of
+../shared/peer raises on), that check is reported as "not runnable here" with the reason, and the run
+passes or fails on the checks that did run. On the H200: examples/h200_sglang_layer_job.sh."""
 
 import logging
 import os
@@ -14,6 +17,7 @@ import torch
 
 logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
 
+from sglang_smallm_plugin.demo import _dispatch  # noqa: E402
 from sglang_smallm_plugin.shapes import MoeShape  # noqa: E402
 from sglang_smallm_plugin.sglang_integration import layer_harness as H  # noqa: E402
 from sglang_smallm_plugin.testdata import make_call, make_weights, reference_of  # noqa: E402
@@ -21,38 +25,62 @@ from sglang_smallm_plugin.tolerances import TOLERANCES, rel_l2  # noqa: E402
 
 shape = MoeShape("qwen35-tp8-reduced", 4096, 33, 11, 128, 1)
 DEV = os.environ.get("SMALLM_CHECK_DEVICE", "cuda")
+TOKENS = tuple(int(t) for t in os.environ.get("SMALLM_CHECK_TOKENS", "1,2,3,8,40,41").split(","))
 w = make_weights(shape, "fp8_block128", "row_major", 0, DEV)
-tokens = (1, 2, 3, 8)
-calls = {T: make_call(shape, "fp8_block128", "row_major", T, 50 + T, DEV, w) for T in tokens}
+calls = {T: make_call(shape, "fp8_block128", "row_major", T, 50 + T, DEV, w) for T in TOKENS}
+results = {"pass": [], "fail": [], "not runnable here": []}
 
 
-def run_all(layer):
-    return {T: H.forward(layer, c.x, c.topk_weights, c.topk_ids).clone() for T, c in calls.items()}
+def record(kind, line):
+    results[kind].append(line)
+    print(f"[{kind}] {line}", flush=True)
+
+
+def run(layer, c):
+    """The layer's output, or the reason it cannot run here (an sgl_kernel stub called)."""
+    try:
+        return H.forward(layer, c.x, c.topk_weights, c.topk_ids).clone(), None
+    except Exception as e:  # noqa: BLE001 - only the stub's own error is a "not runnable" reason
+        if type(e).__name__ == "SglKernelStubCalled":
+            return None, f"{type(e).__name__}: {e}"
+        raise
 
 
 H.setup("triton")
-out_triton = run_all(H.build_layer(shape, "fp8_block128", {k: v.clone() for k, v in w.items()}, device=DEV))
+triton_layer = H.build_layer(shape, "fp8_block128", {k: v.clone() for k, v in w.items()}, device=DEV)
+out_triton = {T: run(triton_layer, c) for T, c in calls.items()}
 H.setup("smallm")
 layer = H.build_layer(shape, "fp8_block128", {k: v.clone() for k, v in w.items()}, device=DEV, layer_id=1)
 core = layer.quant_method.runner.runner_core
-print("smallm runner:", type(core).__name__, "fallback:", core.fallback_backend.value)
-ok = True
-for T, c in calls.items():
-    d = core.selector.decide(core.describe(*__import__("sglang_smallm_plugin.demo", fromlist=["_dispatch"])._dispatch(layer, c), core.config))
-    out = H.forward(layer, c.x, c.topk_weights, c.topk_ids)
-    err = rel_l2(out.float(), reference_of(c).float())
-    same = torch.equal(out, out_triton[T])
-    line = f"T={T} path={d.path} rel_err={err:.2e} bit-identical-to-triton={same}"
+print("smallm runner:", type(core).__name__, "fallback:", core.fallback_backend.value, flush=True)
+
+
+def check_call(T, c, label):
+    d = core.selector.decide(core.describe(*_dispatch(layer, c), core.config))
+    out, why = run(layer, c)
+    ref, ref_why = out_triton[T]
+    head = f"{label}T={T} path={d.path} ({d.reason})"
     if d.is_kernel:
-        ok &= err <= TOLERANCES["moe_fp8_blockscale"]
+        err = rel_l2(out.float(), reference_of(c).float())
+        tol = TOLERANCES["moe_fp8_blockscale"]
+        record("pass" if err <= tol else "fail", f"{head}: kernel inside SGLang's layer, rel_err {err:.2e} (tol {tol:g})")
+    elif why or ref_why:
+        record("not runnable here", f"{head}: fallback vs triton not compared: {why or ref_why}")
     else:
-        ok &= same
-    print(line)
+        same = torch.equal(out, ref)
+        record("pass" if same else "fail", f"{head}: bit-identical to the triton backend: {same}")
+    return d
+
+
+for T, c in calls.items():
+    check_call(T, c, "")
 os.environ["SGLANG_ROCM_SMALLM_MOE"] = "0"
 for T, c in calls.items():
-    out = H.forward(layer, c.x, c.topk_weights, c.topk_ids)
-    same = torch.equal(out, out_triton[T])
-    ok &= same
-    print(f"SGLANG_ROCM_SMALLM_MOE=0 T={T} bit-identical-to-triton={same}")
-print("GPU SGLang layer check:", "PASS" if ok else "FAIL")
+    d = check_call(T, c, "SGLANG_ROCM_SMALLM_MOE=0 ")
+    if d.is_kernel:
+        record("fail", f"SGLANG_ROCM_SMALLM_MOE=0 T={T}: decided for the kernel")
+n = {k: len(v) for k, v in results.items()}
+ok = n["fail"] == 0 and n["pass"] > 0
+print(f"GPU SGLang layer check: {'PASS' if ok else 'FAIL'} ({n['pass']} passed, {n['fail']} failed, "
+      f"{n['not runnable here']} not runnable here)")
 sys.exit(0 if ok else 1)

@@ -52,3 +52,29 @@ def test_ab_summary_reads_settings_of_several_variables(tmp_path):
                                   ("new[A=1 B=2]", 30.0)]])
     row = out[2]
     assert "15.0 (0.750)" in row and "30.0 (1.500)" in row and "19.0 (0.950)" in row
+
+
+def test_sgl_kernel_stub_imports_anything_and_raises_when_called():
+    """examples/sglang_gpu/stubs (the H200 layer job's sgl_kernel): any submodule and attribute chain
+    imports, as SGLang's CUDA import branches need; calling any of them raises its own error."""
+    code = """
+import sgl_kernel
+from sgl_kernel.quantization import ggml_dequantize
+from sgl_kernel.scalar_type import scalar_types
+kinds = [scalar_types.uint4b8, scalar_types.uint8b128]
+try:
+    sgl_kernel.moe_align_block_size(1, 2)
+except sgl_kernel.SglKernelStubCalled as e:
+    print('RAISED', e)
+try:
+    ggml_dequantize()
+except sgl_kernel.SglKernelStubCalled as e:
+    print('RAISED', e)
+print('KINDS', kinds)
+"""
+    stubs = ROOT / "examples" / "sglang_gpu" / "stubs"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(stubs)})
+    assert r.returncode == 0, r.stderr
+    assert "RAISED sgl_kernel.moe_align_block_size called" in r.stdout
+    assert "RAISED sgl_kernel.quantization.ggml_dequantize called" in r.stdout
+    assert "<sgl_kernel stub sgl_kernel.scalar_type.scalar_types.uint4b8>" in r.stdout

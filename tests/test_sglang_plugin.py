@@ -76,6 +76,30 @@ print('CHOICE', 'smallm' in add_moe_runner_backend_choices.__self__)
     assert "SGLang 0.5.18 found, but sglang-smallm needs SGLang >= 0.5.19" in r.stderr
 
 
+def test_sglang_without_distribution_metadata_is_found():
+    """SGLang importable but not pip-installed (a source checkout or unpacked wheel on PYTHONPATH, as on
+    the H200 image): its version comes from sglang.version, and the backend registers."""
+    r = _run("""
+import logging, importlib.metadata as md
+logging.basicConfig(level=logging.INFO)
+real = md.version
+def version(name):
+    if name == 'sglang':
+        raise md.PackageNotFoundError(name)
+    return real(name)
+md.version = version
+import sglang_smallm_plugin
+from sglang_smallm_plugin.sglang_integration.compat import probe
+print('PROBE', probe())
+sglang_smallm_plugin.register()
+from sglang.srt.server_args import add_moe_runner_backend_choices
+print('CHOICE', 'smallm' in add_moe_runner_backend_choices.__self__)
+""")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "PROBE (True, 'SGLang 0.5.23 (plugin APIs present" in r.stdout
+    assert "CHOICE True" in r.stdout
+
+
 def test_launch_server_help_lists_smallm():
     r = subprocess.run([PY, "-m", "sglang.launch_server", "--help"], capture_output=True, text=True, timeout=600,
                        env={k: v for k, v in os.environ.items() if k != "SGLANG_USE_CPU_ENGINE"})

@@ -26,9 +26,16 @@ def _vtuple(v: str) -> tuple:
 
 
 def sglang_version():
+    """The installed SGLang's version; for an SGLang importable without distribution metadata (a source
+    checkout or an unpacked wheel on PYTHONPATH), the one its own `sglang.version` reports; None where
+    SGLang cannot be imported."""
     try:
         return importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        return importlib.import_module("sglang.version").__version__
+    except Exception:  # not importable at all: reported as not installed
         return None
 
 

@@ -1,0 +1,69 @@
+"""Import-only stand-in for sgl_kernel, SGLang's compiled CUDA ops, which the H200 image lacks (its
+wheel is built against another torch and is too large to carry). Any attribute of this package or of
+any submodule (`sgl_kernel.quantization`, ...), and any attribute of those, raises SglKernelStubCalled
+when called: SGLang's modules import, and whatever would run one of these ops fails loudly instead
+(examples/gpu_sglang_layer_check.py reports such a check as not runnable there)."""
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+
+__version__ = "0.0.0+import-only-stub"
+
+
+class SglKernelStubCalled(RuntimeError):
+    pass
+
+
+class _Unavailable:
+    """An op or object of sgl_kernel: its attributes are more of the same (module-level tables such as
+    `scalar_types.uint4b8` are read at import time); calling it raises."""
+
+    def __init__(self, qualname):
+        self._qualname = qualname
+        self.__name__ = self.__qualname__ = qualname.rsplit(".", 1)[-1]
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Unavailable(f"{self._qualname}.{name}")
+
+    def __call__(self, *args, **kwargs):
+        raise SglKernelStubCalled(f"{self._qualname} called, but sgl_kernel here is an import-only stub")
+
+    def __repr__(self):
+        return f"<sgl_kernel stub {self._qualname}>"
+
+
+def _unavailable(qualname):
+    return _Unavailable(qualname)
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _unavailable(f"{self.__name__}.{name}")
+
+
+class _Submodules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith(__name__ + "."):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return _StubModule(spec.name)
+
+    def exec_module(self, module):
+        module.__path__ = []
+
+
+sys.meta_path.insert(0, _Submodules())
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return _unavailable(f"{__name__}.{name}")
