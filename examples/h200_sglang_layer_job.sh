@@ -5,7 +5,10 @@
 # .sglgpu/ (examples/sglang_gpu/prepare.sh); carry [".peer", ".sglgpu"]. sgl_kernel is our import-only
 # stub (examples/sglang_gpu/stubs: every op, in every submodule, raises when called), so whatever calls it
 # is reported as not runnable here.
-# SMALLM_CHECK_TOKENS passes through (default in the check).
+# FORMATS (default fp8_block128): mxfp4 builds SGLang's Quark W4A4 MXFP4 scheme, which smallm refuses
+# at startup on CUDA by design (the scheme's own path, the fallback above the cap, is AITER's: ROCm only;
+# seen on this CPU machine with CUDA faked, not run on the H200). SMALLM_CHECK_TOKENS overrides each
+# format's token counts (1, 2, 3, 8, the H200 cap and one more).
 source examples/h200_common.sh
 [ -d .peer ] && [ -d .sglgpu ] || { echo "carry .peer and .sglgpu (see the header)"; exit 2; }
 stamp build
@@ -18,9 +21,16 @@ python3 -c 'import importlib.metadata as m, sys; from packaging.version import V
 sys.exit(0 if Version(m.version("typing_extensions")) >= Version("4.14.1") else 1)' || \
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/sgsite \
   .peer/whl_te/*.whl >> "$OUT/sglang_env.log" 2>&1
-stamp layer-check
-(cd /tmp && PYTHONPATH=/tmp/sgsite:/tmp/sg:$R/examples/sglang_gpu/stubs timeout 400 python3 "$R/examples/gpu_sglang_layer_check.py" \
-  > "$OUT/layer_check.log" 2>&1; echo "rc=$?" >> "$OUT/layer_check.log")
+for fmt in ${FORMATS:-fp8_block128}; do
+  stamp "layer-check $fmt"
+  tokens=1,2,3,8,40,41; [ "$fmt" = mxfp4 ] && tokens=1,2,3,8,48,49  # each format's H200 cap and one more
+  (cd /tmp && SMALLM_CHECK_FORMAT=$fmt SMALLM_CHECK_TOKENS=${SMALLM_CHECK_TOKENS:-$tokens} \
+    PYTHONPATH=/tmp/sgsite:/tmp/sg:$R/examples/sglang_gpu/stubs timeout 400 python3 "$R/examples/gpu_sglang_layer_check.py" \
+    > "$OUT/layer_check_$fmt.log" 2>&1; echo "rc=$?" >> "$OUT/layer_check_$fmt.log")
+done
 stamp done
-grep -E "^\[(pass|fail|not runnable here)\]|smallm runner:|layer check:|^rc=|Error" "$OUT/layer_check.log" | cut -c1-220 | tail -40
+for fmt in ${FORMATS:-fp8_block128}; do
+  echo "== $fmt"
+  grep -E "^\[(pass|fail|not runnable here)\]|smallm runner:|layer cannot run|layer check|^rc=|Error" "$OUT/layer_check_$fmt.log" | cut -c1-200 | tail -20
+done
 pack
