@@ -2,7 +2,7 @@
 --moe-runner-backend triton, built from the same weights: FP8 block-scale (Fp8Config, the default) or,
 with SMALLM_CHECK_FORMAT=mxfp4, the Quark W4A4 MXFP4 scheme. Checks, per token count:
   - calls the gate sends to the kernel: the compiled kernel ran inside SGLang's layer, within the
-    FP8 tolerance of the reference;
+    format's tolerance of the reference;
   - calls it sends to the fallback: bit-identical to the triton backend's layer;
   - SGLANG_ROCM_SMALLM_MOE=0: every call decided for the fallback, and bit-identical to triton.
 Where a path cannot run on the machine (the H200 image has no sgl_kernel: SGLang's Triton runner on CUDA

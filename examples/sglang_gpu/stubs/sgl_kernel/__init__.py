@@ -36,15 +36,11 @@ class _Unavailable:
         return f"<sgl_kernel stub {self._qualname}>"
 
 
-def _unavailable(qualname):
-    return _Unavailable(qualname)
-
-
 class _StubModule(types.ModuleType):
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        return _unavailable(f"{self.__name__}.{name}")
+        return _Unavailable(f"{self.__name__}.{name}")
 
 
 class _Submodules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -66,4 +62,4 @@ sys.meta_path.insert(0, _Submodules())
 def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
-    return _unavailable(f"{__name__}.{name}")
+    return _Unavailable(f"{__name__}.{name}")
