@@ -1,5 +1,5 @@
-"""Import-only stand-in for sgl_kernel, SGLang's compiled CUDA ops, which the H200 image lacks (its
-wheel is built against another torch and is too large to carry). Any attribute of this package or of
+"""Import-only stand-in for sgl_kernel, SGLang's compiled CUDA ops, which the H200 image lacks
+(sglang-kernel 0.4.10 pins torch 2.14.1, the image has 2.11, and it takes 1.2 GB installed). Any attribute of this package or of
 any submodule (`sgl_kernel.quantization`, ...), and any attribute of those, raises SglKernelStubCalled
 when called: SGLang's modules import, and whatever would run one of these ops fails loudly instead
 (examples/gpu_sglang_layer_check.py reports such a check as not runnable there)."""
