@@ -232,6 +232,22 @@ def test_no_provider_can_serve_fails_at_startup(sglang_smallm, monkeypatch):
     sglang_smallm.build_layer(SMALL, "fp8_block128", w, layer_id=93)
 
 
+def test_quark_mxfp4_without_aiter_is_refused_at_startup_on_a_gpu(sglang_smallm, monkeypatch):
+    """On a GPU without AITER (CUDA), SGLang's Quark MXFP4 scheme has no runner for calls above the cap:
+    smallm must refuse the layer when it is built, saying why and what to do, rather than serve the small
+    calls and fail on the first large one (README: on CUDA it refuses such checkpoints at startup)."""
+    from sglang_smallm_plugin import runner as runner_mod
+    from sglang_smallm_plugin.testdata import make_weights
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the startup check's view of the machine
+    monkeypatch.setattr(runner_mod.MoeSelector, "availability",
+                        lambda self, device: [("smallm-compiled", True, "sm_90a")])
+    w = make_weights(SMALL, "mxfp4", "row_major", 0, "cpu")
+    with pytest.raises(RuntimeError, match="runs only on the AITER runner.*Calls above the small-M cap would have "
+                                           "no runner.*Fix: run this checkpoint on ROCm with AITER"):
+        sglang_smallm.build_layer(SMALL, "mxfp4", w, layer_id=94)
+
+
 def test_hooks_really_applied(sglang_smallm):
     from sglang_smallm_plugin.sglang_integration.entry import hooks_status
 
