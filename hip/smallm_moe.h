@@ -182,7 +182,8 @@ static_assert(pair_token_exact(), "PairToken must equal p / K for every pair ind
 // word of job * ceil(2^32 / tiles): exact while job * tiles < 2^32 (the factor exceeds 2^32 / tiles by
 // r / tiles with r < tiles, so the product exceeds job / tiles by less than job / 2^32 < 1 / tiles),
 // here job < kMaxPairs * kMaxInter / 4 and tiles <= kMaxInter / 4: below 2^26. The factor comes from
-// MoeArgs::tile_magic, like PairToken's (tiles >= 2: I is a multiple of 128).
+// MoeArgs::tile_magic, like PairToken's (tiles >= 32: I is a multiple of 128; at tiles = 1 the factor,
+// 2^32, would not fit).
 struct JobExpert {
   uint32_t magic;  // ceil(2^32 / tiles)
   __host__ __device__ static constexpr uint32_t magic_of(int tiles) {

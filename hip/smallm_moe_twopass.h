@@ -597,7 +597,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   auto issue = [&](int job, Loads& L) {
     // The job's expert: MXFP4 by JobExpert's multiply, 3-4 % faster at 4-20 tokens than the division
     // (examples/results "h200-ab17" run 2); FP8 divides: with JobExpert its one-team kernel was 8 %
-    // slower at TP4 1 token (16.7 -> 18.1 us) and the rest level within 1 %.
+    // slower at TP4 1 token (16.7 -> 18.1 us) and the rest level within 1.5 %.
     const int u = kFp4 ? JobExpert{a.tile_magic}(job) : job / tiles, tile = job - u * tiles;
     const int row = (g < 4 ? 0 : a.I) + 4 * tile + (g & 3);                // A rows g, g + 8
     const int e = R.id[R.ulead[u]];
