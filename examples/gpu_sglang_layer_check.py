@@ -19,16 +19,15 @@ import torch
 
 logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
 
-from sglang_smallm_plugin.demo import _dispatch  # noqa: E402
 from sglang_smallm_plugin.shapes import MoeShape  # noqa: E402
 from sglang_smallm_plugin.sglang_integration import layer_harness as H  # noqa: E402
 from sglang_smallm_plugin.testdata import make_call, make_weights, reference_of  # noqa: E402
-from sglang_smallm_plugin.tolerances import TOLERANCES, rel_l2  # noqa: E402
+from sglang_smallm_plugin.tolerances import moe_tolerance, rel_l2  # noqa: E402
 
 shape = MoeShape("qwen35-tp8-reduced", 4096, 33, 11, 128, 1)
 DEV = os.environ.get("SMALLM_CHECK_DEVICE", "cuda")
 FMT = os.environ.get("SMALLM_CHECK_FORMAT", "fp8_block128")
-TOL = TOLERANCES["moe_mxfp4" if FMT == "mxfp4" else "moe_fp8_blockscale"]
+TOL = moe_tolerance(FMT)
 TOKENS = tuple(int(t) for t in os.environ.get("SMALLM_CHECK_TOKENS", "1,2,3,8,40,41").split(","))
 w = make_weights(shape, FMT, "row_major", 0, DEV)
 calls = {T: make_call(shape, FMT, "row_major", T, 50 + T, DEV, w) for T in TOKENS}
@@ -64,7 +63,7 @@ print("smallm runner:", type(core).__name__, "fallback:", core.fallback_backend.
 
 
 def check_call(T, c, label):
-    d = core.selector.decide(core.describe(*_dispatch(layer, c), core.config))
+    d = H.decide(layer, c)
     out, why = run(layer, c)
     ref, ref_why = out_triton[T]
     head = f"{label}T={T} path={d.path} ({d.reason})"

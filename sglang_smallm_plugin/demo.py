@@ -12,7 +12,7 @@ import torch
 
 from .shapes import MoeShape
 from .testdata import make_call, make_weights, reference_of
-from .tolerances import TOLERANCES, rel_l2
+from .tolerances import moe_tolerance, rel_l2
 
 
 def main(a) -> int:
@@ -34,12 +34,12 @@ def main(a) -> int:
     core = method.runner.runner_core
     print(f"layer built in {time.time() - t0:.1f}s; runner={method.runner.runner_backend.value}, "
           f"fallback={core.fallback_backend.value if core.fallback_backend else 'none'}")
-    tol = TOLERANCES["moe_fp8_blockscale" if a.format == "fp8_block128" else "moe_mxfp4"]
+    tol = moe_tolerance(a.format)
     print(f"{'tokens':>6} {'path':28} {'time':>10} {'rel err':>9}  reason")
     worst = 0.0
     for T in tokens:
         call = make_call(shape, a.format, "row_major", T, 100 + T, device, w)
-        d = core.selector.decide(core.describe(*_dispatch(layer, call), core.config))
+        d = layer_harness.decide(layer, call)
         out = layer_harness.forward(layer, call.x, call.topk_weights, call.topk_ids)  # warm-up
         if gpu:
             torch.cuda.synchronize()
@@ -56,14 +56,3 @@ def main(a) -> int:
     print(f"worst relative error {worst:.2e} (tolerance {tol:.0e}): {'OK' if worst <= tol else 'FAIL'}")
     return 0 if worst <= tol else 1
 
-
-def _dispatch(layer, call):
-    from sglang.srt.layers.moe.topk import StandardTopKOutput
-
-    topk = StandardTopKOutput(call.topk_weights, call.topk_ids, torch.empty(0, device=call.x.device))
-    dispatch = layer.dispatcher.dispatch(hidden_states=call.x, topk_output=topk)
-    if call.weight_format == "mxfp4":
-        from .sglang_integration.quark import SmallmMxfp4QuantInfo
-
-        return dispatch, SmallmMxfp4QuantInfo.from_layer(layer)
-    return dispatch, layer.quant_method.get_triton_quant_info(layer)

@@ -15,7 +15,7 @@ from . import gate, kernels
 from .calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16
 from .shapes import SHAPES
 from .testdata import make_call, make_weights, reference_of
-from .tolerances import TOLERANCES, rel_l2
+from .tolerances import moe_tolerance, rel_l2
 
 
 @dataclass
@@ -67,7 +67,7 @@ def check_case(shape, weight_format, layout, tokens, seed, device, weights=None)
     gout.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()
-    tol = TOLERANCES["moe_fp8_blockscale" if weight_format == FP8_BLOCK128 else "moe_mxfp4"]
+    tol = moe_tolerance(weight_format)
     return CaseResult(shape.name, weight_format, layout, tokens, seed, err, written,
                       bool(torch.equal(out, again)), bool(torch.equal(out, gout)), tol)
 

@@ -4,6 +4,8 @@ Relative L2 error = ||out - ref|| / ||ref|| with both in fp32, ref from the pure
 reference (fp32 dequantized weights, fp32 intermediate, bf16 out).
 """
 
+from .calls import FP8_BLOCK128
+
 TOLERANCES = {
     # kernel (bf16 activations, fp32 accumulation, bf16 out) vs reference
     "moe_fp8_blockscale": 1e-3,
@@ -20,6 +22,11 @@ TOLERANCES = {
     "mxfp4_roundtrip": 2e-1,
     "fp8_block_roundtrip": 6e-2,
 }
+
+
+def moe_tolerance(weight_format: str) -> float:
+    """The kernel-vs-reference tolerance of a MoE call in `weight_format` (FP8_BLOCK128 or MXFP4)."""
+    return TOLERANCES["moe_fp8_blockscale" if weight_format == FP8_BLOCK128 else "moe_mxfp4"]
 
 
 def rel_l2(out, ref) -> float:

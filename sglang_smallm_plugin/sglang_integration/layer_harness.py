@@ -89,6 +89,23 @@ def moe_method(layer):
     return layer.scheme if getattr(layer, "scheme", None) is not None else layer.quant_method
 
 
+def decide(layer, call):
+    """The path (Decision) the layer's smallm runner core takes for `call` (testdata.MoeCall): its own
+    description of the call from SGLang's dispatch output and the layer's quant info."""
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
+
+    topk = StandardTopKOutput(call.topk_weights, call.topk_ids, torch.empty(0, device=call.x.device))
+    dispatch = layer.dispatcher.dispatch(hidden_states=call.x, topk_output=topk)
+    if call.weight_format == MXFP4:
+        from .quark import SmallmMxfp4QuantInfo
+
+        quant_info = SmallmMxfp4QuantInfo.from_layer(layer)
+    else:
+        quant_info = layer.quant_method.get_triton_quant_info(layer)
+    core = moe_method(layer).runner.runner_core
+    return core.selector.decide(core.describe(dispatch, quant_info, core.config))
+
+
 def forward(layer, x, topk_weights, topk_ids):
     from sglang.srt.layers.moe.topk import StandardTopKOutput
 
