@@ -6,13 +6,12 @@ tolerance; every element written (no NaN left); bit-identical output on a second
 a CUDA-graph replay.
 """
 
-import time
 from dataclasses import dataclass
 
 import torch
 
 from . import gate, kernels
-from .calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16
+from .calls import FP8_BLOCK128, ROW_MAJOR, SHUFFLE16
 from .shapes import SHAPES
 from .testdata import make_call, make_weights, reference_of
 from .tolerances import moe_tolerance, rel_l2

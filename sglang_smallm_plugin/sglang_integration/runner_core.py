@@ -18,7 +18,7 @@ import logging
 
 import torch
 
-from ..calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16, MoeCall
+from ..calls import FP8_BLOCK128, ROW_MAJOR, SHUFFLE16, MoeCall
 from ..runner import MoeSelector
 
 logger = logging.getLogger("sglang_smallm")

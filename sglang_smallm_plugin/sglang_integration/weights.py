@@ -2,8 +2,6 @@
 
 import logging
 
-import torch
-
 logger = logging.getLogger("sglang_smallm")
 
 
