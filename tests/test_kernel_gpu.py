@@ -49,6 +49,39 @@ def test_pairs_over_the_tensor_core_routing_split(fmt, D, T, part):
 
 
 @pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
+@pytest.mark.parametrize("shape, tokens", [("qwen35-tp4", 5), ("qwen35-tp4", 9), ("qwen35-tp8", 13),
+                                           ("qwen35-tp8", 17), ("qwen3-235b-tp4", 20)])
+def test_output_follows_a_token_permutation_bit_for_bit(fmt, shape, tokens):
+    """Permuting a call's tokens (x and the routing's rows) permutes its output rows, bit for bit. A
+    pair's place in its expert's pair list is the order of shared atomics in the kernels' routing
+    (build_routing, hip/smallm_moe.h), so numerics that depend on that place change from call to call
+    only by chance; a permutation moves every pair and shows such a dependence in one call. The counts
+    give Qwen3.5's shared expert (every token) 4k + 1 pairs, and some expert at E = 128, top-8, 20 tokens
+    five or more (examples/results "h200-ab18": a tree whose rounding followed a pass's pairs).
+    Calls of at most 20 tokens: a split call's parts take each expert's pairs by token."""
+    import dataclasses
+
+    from sglang_smallm_plugin.shapes import SHAPES
+    from sglang_smallm_plugin.testdata import make_call
+
+    assert kernels.mma_split_tokens(fmt, tokens, SHAPES[shape].slots, SHAPES[shape].hidden) == tokens
+    for layout in ("row_major", "shuffle16x16"):
+        for seed in range(2):
+            call = make_call(SHAPES[shape], fmt, layout, tokens, seed, "cuda")
+            perm = torch.randperm(tokens, generator=torch.Generator().manual_seed(seed + 17)).to("cuda")
+            moved = dataclasses.replace(call, x=call.x[perm].contiguous(),
+                                        topk_weights=call.topk_weights[perm].contiguous(),
+                                        topk_ids=call.topk_ids[perm].contiguous())
+            out = torch.full_like(call.x, float("nan"))
+            kernels.run_moe(call, out=out)
+            out_moved = torch.full_like(call.x, float("nan"))
+            kernels.run_moe(moved, out=out_moved)
+            torch.cuda.synchronize()
+            assert bool(out.isfinite().all())
+            assert torch.equal(out_moved, out[perm]), (layout, seed, (out_moved.float() - out[perm].float()).abs().max())
+
+
+@pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
 @pytest.mark.parametrize("case", [c.name for c in EDGE_CASES])
 def test_kernel_edge_cases_match_reference(case, fmt):
     """Activation ranges past f16, invalid ids, a token with no valid slot (exact zeros), crowded
