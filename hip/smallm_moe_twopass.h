@@ -481,62 +481,100 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, con
   auto token = [&](int p) { return kFp4 ? ptok(p) : p / a.K; };
   auto pass = [&](int m0) {
     const int mc = imin(kMmaPairs, M - m0);
-    const bool live = pm < mc;
-    const uint16_t* xr = xs + (size_t)token(R.plist[beg + m0 + (live ? pm : 0)]) * a.D + q * F::kElems +
-                         hf * (F::kElems / 2);
-    float acc = 0.0f;  // row g, pair q of the pass (C[g, 2q] + C[g + 8, 2q + 1], scaled)
-    auto step = [&](auto J) {  // step st = w + 8 j of this warp, known to exist
-      constexpr int j = decltype(J)::value;
-      const int st = w + kWarps * j;
-      opaque(L.v[j]);
-      float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // B column g of an MMA, loaded by lane (g, q) at its own k slots: pair pm of the pass, half hf
+    // (C[g, 2q] + C[g + 8, 2q + 1] is row g's sum for pair q). MXFP4 jobs of one pair (kLane): column
+    // g nonzero only at the k slots of lane pm, so that C[g, 2q] + C[g + 8, 2q + 1] is lane q's own
+    // vector alone and takes its own e8m0 in fp32, with no f16 multiplies; summed over the quad after
+    // the steps. The choice follows the job's pairs M, not the pass's: the two ways round differently
+    // (f16 relative to the quad's largest scale, or exact), and a pair's place in its expert's list
+    // is the order of shared atomics (build_routing), so choosing by the pass (a last pass of one
+    // pair where M = 4k + 1) made the output differ from call to call (examples/results "h200-ab18").
+    float acc = 0.0f;
+    auto steps = [&](auto Lane) {
+      constexpr bool kLane = decltype(Lane)::value != 0;
+      const bool live = kLane ? pm == q : pm < mc;
+      const uint16_t* xr = xs + (size_t)token(R.plist[beg + m0 + (kLane || !live ? 0 : pm)]) * a.D + q * F::kElems +
+                           hf * (F::kElems / 2);
+      auto step = [&](auto J) {  // step st = w + 8 j of this warp, known to exist
+        constexpr int j = decltype(J)::value;
+        const int st = w + kWarps * j;
+        opaque(L.v[j]);
+        float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (kFp4 && kLane) {
+          float cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            Vec16 xv{};
+            if (live) xv = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8 * i);
+            uint32_t p[4], r[4];
+            e2m1x8_to_f16x2(L.v[j].w[i], p);
+            e2m1x8_to_f16x2(L.v[j].w[i + 2], r);
+            mma_f16_16x8x16(cs, p[0], r[0], p[1], r[1], xv.w[0], xv.w[1]);
+            mma_f16_16x8x16(cs2, p[2], r[2], p[3], r[3], xv.w[2], xv.w[3]);
+          }
+          acc = ffma(e8m0_to_f32(L.b[j]), (cs[0] + cs2[0]) + (cs[3] + cs2[3]), acc);  // times 2^-14
+        } else if constexpr (kFp4) {
+          float cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          const int rmax = quad_max((int)L.b[j]);  // R of row g (this quad)
+          const uint32_t fac = f16x2_pow2((int)L.b[j] - rmax + 15);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            Vec16 xv{};
+            if (live) xv = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8 * i);
+            uint32_t p[4], r[4];
+            e2m1x8_to_f16x2(L.v[j].w[i], p);
+            e2m1x8_to_f16x2(L.v[j].w[i + 2], r);
+            mma_f16_16x8x16(cs, hmul2(p[0], fac), hmul2(r[0], fac), hmul2(p[1], fac), hmul2(r[1], fac), xv.w[0], xv.w[1]);
+            mma_f16_16x8x16(cs2, hmul2(p[2], fac), hmul2(r[2], fac), hmul2(p[3], fac), hmul2(r[3], fac), xv.w[2], xv.w[3]);
+          }
+          acc = ffma(e8m0_half_to_f32(rmax), (cs[0] + cs2[0]) + (cs[3] + cs2[3]), acc);
+        } else {
+          Vec16 x0{};
+          if (live) x0 = *reinterpret_cast<const Vec16*>(xr + st * kSv);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const uint32_t w0 = L.v[j].w[i], w2 = L.v[j].w[i + 2];
+            mma_f16_16x8x16(cs, e4m3x2_to_f16x2(w0), e4m3x2_to_f16x2(w2), e4m3x2_to_f16x2(w0 >> 16),
+                            e4m3x2_to_f16x2(w2 >> 16), x0.w[2 * i], x0.w[2 * i + 1]);
+          }
+          acc = ffma(L.s[j], cs[0] + cs[3], acc);
+        }
+      };
       if constexpr (kFp4) {
-        float cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const int rmax = quad_max((int)L.b[j]);  // R of row g (this quad)
-        const uint32_t fac = f16x2_pow2((int)L.b[j] - rmax + 15);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          Vec16 xv{};
-          if (live) xv = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8 * i);
-          uint32_t p[4], r[4];
-          e2m1x8_to_f16x2(L.v[j].w[i], p);
-          e2m1x8_to_f16x2(L.v[j].w[i + 2], r);
-          mma_f16_16x8x16(cs, hmul2(p[0], fac), hmul2(r[0], fac), hmul2(p[1], fac), hmul2(r[1], fac), xv.w[0], xv.w[1]);
-          mma_f16_16x8x16(cs2, hmul2(p[2], fac), hmul2(r[2], fac), hmul2(p[3], fac), hmul2(r[3], fac), xv.w[2], xv.w[3]);
-        }
-        acc = ffma(e8m0_half_to_f32(rmax), (cs[0] + cs2[0]) + (cs[3] + cs2[3]), acc);
+        auto guarded = [&](auto J) {
+          if (kFull || w + kWarps * decltype(J)::value < nsteps) step(J);
+        };
+        StaticFor<0, kJ>::run(guarded);
       } else {
-        Vec16 x0{};
-        if (live) x0 = *reinterpret_cast<const Vec16*>(xr + st * kSv);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const uint32_t w0 = L.v[j].w[i], w2 = L.v[j].w[i + 2];
-          mma_f16_16x8x16(cs, e4m3x2_to_f16x2(w0), e4m3x2_to_f16x2(w2), e4m3x2_to_f16x2(w0 >> 16),
-                          e4m3x2_to_f16x2(w2 >> 16), x0.w[2 * i], x0.w[2 * i + 1]);
-        }
-        acc = ffma(L.s[j], cs[0] + cs[3], acc);
+        // FP8: steps in pairs under one guard, so that the two steps' MMA chains (each on its own
+        // accumulators) interleave; a guard per step made every step wait for the one before (the
+        // block's first job spent 1.7 us in its MMAs at T = 1, examples/results "h200-ab" run 8). The
+        // sums into acc keep the step order.
+        auto pairs = [&](auto P) {
+          constexpr int j0 = 2 * decltype(P)::value;
+          if (kFull || w + kWarps * (j0 + 1) < nsteps) {
+            step(IntC<j0>{});
+            step(IntC<j0 + 1>{});
+          } else if (w + kWarps * j0 < nsteps) {
+            step(IntC<j0>{});
+          }
+        };
+        StaticFor<0, kJ / 2>::run(pairs);
       }
     };
-    if constexpr (kFp4) {
-      auto guarded = [&](auto J) {
-        if (kFull || w + kWarps * decltype(J)::value < nsteps) step(J);
-      };
-      StaticFor<0, kJ>::run(guarded);
+    // Lane scales only where a warp holds four steps (kJ = 4, D <= 4096): with eight the kernel's
+    // registers passed 128 (ptxas spilled 24 bytes), so those keep the f16 scales.
+    if constexpr (kFp4 && kJ == 4) {
+      if (M == 1) {  // by the job's pairs, not the pass's: see above
+        steps(IntC<1>{});
+        acc += shfl_xor(acc, 1);  // the quad's four vectors
+        acc += shfl_xor(acc, 2);
+        acc *= 16384.0f;          // the decode's 2^-14 (e2m1x8_to_f16x2)
+      } else {
+        steps(IntC<0>{});
+      }
     } else {
-      // FP8: steps in pairs under one guard, so that the two steps' MMA chains (each on its own
-      // accumulators) interleave; a guard per step made every step wait for the one before (the
-      // block's first job spent 1.7 us in its MMAs at T = 1, examples/results "h200-ab" run 8). The
-      // sums into acc keep the step order.
-      auto pairs = [&](auto P) {
-        constexpr int j0 = 2 * decltype(P)::value;
-        if (kFull || w + kWarps * (j0 + 1) < nsteps) {
-          step(IntC<j0>{});
-          step(IntC<j0 + 1>{});
-        } else if (w + kWarps * j0 < nsteps) {
-          step(IntC<j0>{});
-        }
-      };
-      StaticFor<0, kJ / 2>::run(pairs);
+      steps(IntC<0>{});
     }
     if (q < mc) S.red[team][buf][w][q][g] = acc;  // rows 0-3 gate, 4-7 up
     team_sync<kTeams>(team);

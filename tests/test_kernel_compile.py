@@ -186,21 +186,28 @@ def sm90a_ptx(sm90a_build):
     return _ptx_entries(text)
 
 
-@pytest.mark.parametrize("kernel,f16_scales", [
-    ("smallm_gateup_mma_kernelILi1ELi0ELi4E", True), ("smallm_gateup_mma_kernelILi1ELi1ELi8E", True),
-    ("smallm_down_mma_kernelILi1ELi0E", None), ("smallm_down_mma_kernelILi1ELi1E", None)])
-def test_mxfp4_tensor_core_kernels_use_mma(sm90a_ptx, kernel, f16_scales):
-    """The MXFP4 (format 1) tensor-core kernels, both layouts, on f16 MMAs. The gate/up, and the down
-    whose jobs hold four chunks, scale the bit-decoded e2m1 values in f16 (e2m1x8_to_f16x2, hmul2);
-    the down whose jobs hold two chunks (kBlockMma) takes every block's scale on the MMA's fp32 sums
-    and has no f16 multiply."""
+@pytest.mark.parametrize("kernel,f16_scales,lane_scales", [
+    ("smallm_gateup_mma_kernelILi1ELi0ELi4E", True, True), ("smallm_gateup_mma_kernelILi1ELi1ELi4E", True, True),
+    ("smallm_gateup_mma_kernelILi1ELi1ELi8E", True, False), ("smallm_gateup_mma_kernelILi1ELi0ELi8E", True, False),
+    ("smallm_down_mma_kernelILi1ELi0E", None, None), ("smallm_down_mma_kernelILi1ELi1E", None, None)])
+def test_mxfp4_tensor_core_kernels_use_mma(sm90a_ptx, kernel, f16_scales, lane_scales):
+    """The MXFP4 (format 1) tensor-core kernels, both layouts, on f16 MMAs, with e2m1 decoded by byte
+    permutes (e2m1x8_to_f16x2: prmt). The gate/up scales the decoded values in f16 relative to a quad's
+    largest scale (hmul2) for jobs of several pairs; where a warp holds four steps (kJ = 4, D <= 4096) a
+    job of one pair takes each lane's e8m0 on fp32 sums instead and undoes the decode's 2^-14 (the f32
+    constant 16384, 0f46800000 in PTX), which the kJ = 8 gate/up (lane scales would spill there) has not.
+    The down whose jobs hold four chunks scales in f16 too; the down whose jobs hold two chunks
+    (kBlockMma) takes every block's scale on the MMA's fp32 sums and has no f16 multiply."""
     bodies = {k: v for k, v in sm90a_ptx.items() if kernel in k}
     assert bodies, kernel
     for name, body in bodies.items():
         assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in body, name
         assert "cvt.rn.f16x2.e4m3x2" not in body, name  # no FP8 conversion in the MXFP4 kernels
+        assert "prmt.b32" in body, name
         want = f16_scales if f16_scales is not None else not name.endswith("ELi2EEEvNS_7MoeArgsE")
         assert ("mul.rn.f16x2" in body) == want, name
+        if lane_scales is not None:
+            assert ("0f46800000" in body) == lane_scales, name
 
 
 def test_down_kernels_for_both_rings(sm90a_ptx):

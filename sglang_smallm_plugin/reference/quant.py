@@ -186,8 +186,8 @@ MXFP4_MMA_STEP = 128  # values of K per tensor-core step: 4 lanes x one 32-value
 
 def mxfp4_tensor_core_weights(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Model of the MXFP4 weights as the tensor-core gate/up, and the down where I takes four MMA
-    chunks, use them (hip/smallm_moe_twopass.h; the down with two chunks applies each block's scale
-    exactly, as dequant_mxfp4),
+    chunks, use them (hip/smallm_moe_twopass.h; the down with two chunks, and the gate/up's jobs of
+    one pair where D <= 4096 (lane scales), apply each block's scale exactly, as dequant_mxfp4),
     plain layout [.., K/2] + e8m0 [.., K/32] -> fp32 [.., K]. Per row and step of 128 values (four
     32-value blocks with scales s), R = the step's largest s; a value v 2^(s-127) is held as the f16
     v 2^(s-R+1) (round to nearest even: exact while R - s <= 24, f16 subnormals or zero beyond) and
