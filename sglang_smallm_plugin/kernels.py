@@ -237,6 +237,10 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
                   f"{FP8_TEAMS_MIN_TOKENS}, where its job loop settles each job's loads)")
     else:
         gateup = "gate/up on tensor cores"
+    scales = ""
+    if fmt == MXFP4:  # gateup_mma_job: lane scales where a warp holds four steps, chosen per job (deterministic)
+        scales = ("; gate/up e8m0 per lane on fp32 sums for an expert with one pair, in f16 relative to a quad's "
+                  "largest for more" if _gateup_mma_kj(fmt, D) == 4 else "; gate/up e8m0 in f16 relative to a quad's largest")
     lo_bytes, lo_why = down_mma_lo_bytes(fmt, T * K, I, D, sms or _device_sms())
     if not envs.MMA_DOWN.enabled():
         down = "down on CUDA cores (SMALLM_MMA_DOWN=0)"
@@ -261,7 +265,7 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         if fmt == MXFP4:  # the kernel's chunks per job (kCh): two gives every MMA one e8m0 block (kBlockMma)
             down += (", each e8m0 block's scale on its MMA's fp32 sums" if two_chunks and not ring2
                      else ", e8m0 scales in f16 relative to the largest of 128 values")
-    return f"two-pass (variant 5): {gateup}, {down}"
+    return f"two-pass (variant 5): {gateup}, {down}{scales}"
 
 
 @dataclass(frozen=True)

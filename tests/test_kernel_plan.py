@@ -163,13 +163,25 @@ def test_mma_routing_bytes_match_the_struct():
     assert kernels.MMA_ROUTING_BYTES == -(-4 * words // 128) * 128 == 10624
 
 
+@pytest.mark.parametrize("D, lane", [(2048, True), (4096, True), (4224, False), (7168, False)])
+def test_mxfp4_gateup_scales_in_the_plan(D, lane):
+    """The MXFP4 tensor-core gate/up takes each lane's e8m0 on fp32 sums for an expert with one pair where
+    a warp holds four steps of 128 values (D <= 4096: kJ = 4), and f16 scales relative to a quad's largest
+    otherwise (hip/smallm_moe_twopass.h, gateup_mma_job); the plan says which. FP8's plan says neither."""
+    plan = kernels.kernel_plan("sm_90", "mxfp4", 3, 8, D, 256, sms=132)
+    assert plan.startswith("two-pass (variant 5): gate/up on tensor cores"), plan
+    lane_text = "; gate/up e8m0 per lane on fp32 sums for an expert with one pair, in f16 relative to a quad's largest for more"
+    assert plan.endswith(lane_text if lane else "; gate/up e8m0 in f16 relative to a quad's largest"), plan
+    assert "gate/up e8m0" not in kernels.kernel_plan("sm_90", "fp8_block128", 3, 8, D, 256, sms=132)
+
+
 def test_down_lo_half(env):
     plan = lambda T: kernels.kernel_plan("sm_90", "fp8_block128", T, 11, 4096, 256, sms=132)  # noqa: E731
     assert plan(14).endswith("down on tensor cores (2 teams per block: 154 pairs >= 33)")  # f16 lo half
     assert "h's lo half as e5m2" in plan(15)
     # MXFP4 keeps f16 while it fits (its down is bound by the weights' decode)
-    assert kernels.kernel_plan("sm_90", "mxfp4", 16, 11, 4096, 256, sms=132).endswith(
-        "(2 teams per block: 176 pairs >= 33), each e8m0 block's scale on its MMA's fp32 sums")
+    assert "(2 teams per block: 176 pairs >= 33), each e8m0 block's scale on its MMA's fp32 sums;" in kernels.kernel_plan(
+        "sm_90", "mxfp4", 16, 11, 4096, 256, sms=132)
     assert "h's lo half as e5m2 (as f16 its stage would take 222912 B" in kernels.kernel_plan(
         "sm_90", "mxfp4", 17, 11, 4096, 256, sms=132)
     env.setenv("SMALLM_DOWN_LO8", "0")
