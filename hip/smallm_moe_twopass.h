@@ -500,8 +500,21 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, con
         const int st = w + kWarps * j;
         opaque(L.v[j]);
         float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if constexpr (kFp4 && kLane) {
+        if constexpr (kFp4) {
+          // kLane: each lane's e8m0 on the fp32 sums; else the f16 values times 2^(s - R), R the quad's largest
           float cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          int rmax = 0;
+          [[maybe_unused]] uint32_t fac = 0u;  // read only without kLane
+          if constexpr (!kLane) {
+            rmax = quad_max((int)L.b[j]);  // R of row g (this quad)
+            fac = f16x2_pow2((int)L.b[j] - rmax + 15);
+          }
+          auto sc = [&](uint32_t v) {
+            if constexpr (kLane)
+              return v;
+            else
+              return hmul2(v, fac);
+          };
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
             Vec16 xv{};
@@ -509,25 +522,11 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, con
             uint32_t p[4], r[4];
             e2m1x8_to_f16x2(L.v[j].w[i], p);
             e2m1x8_to_f16x2(L.v[j].w[i + 2], r);
-            mma_f16_16x8x16(cs, p[0], r[0], p[1], r[1], xv.w[0], xv.w[1]);
-            mma_f16_16x8x16(cs2, p[2], r[2], p[3], r[3], xv.w[2], xv.w[3]);
+            mma_f16_16x8x16(cs, sc(p[0]), sc(r[0]), sc(p[1]), sc(r[1]), xv.w[0], xv.w[1]);
+            mma_f16_16x8x16(cs2, sc(p[2]), sc(r[2]), sc(p[3]), sc(r[3]), xv.w[2], xv.w[3]);
           }
-          acc = ffma(e8m0_to_f32(L.b[j]), (cs[0] + cs2[0]) + (cs[3] + cs2[3]), acc);  // times 2^-14
-        } else if constexpr (kFp4) {
-          float cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          const int rmax = quad_max((int)L.b[j]);  // R of row g (this quad)
-          const uint32_t fac = f16x2_pow2((int)L.b[j] - rmax + 15);
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            Vec16 xv{};
-            if (live) xv = *reinterpret_cast<const Vec16*>(xr + st * kSv + 8 * i);
-            uint32_t p[4], r[4];
-            e2m1x8_to_f16x2(L.v[j].w[i], p);
-            e2m1x8_to_f16x2(L.v[j].w[i + 2], r);
-            mma_f16_16x8x16(cs, hmul2(p[0], fac), hmul2(r[0], fac), hmul2(p[1], fac), hmul2(r[1], fac), xv.w[0], xv.w[1]);
-            mma_f16_16x8x16(cs2, hmul2(p[2], fac), hmul2(r[2], fac), hmul2(p[3], fac), hmul2(r[3], fac), xv.w[2], xv.w[3]);
-          }
-          acc = ffma(e8m0_half_to_f32(rmax), (cs[0] + cs2[0]) + (cs[3] + cs2[3]), acc);
+          const float outer = kLane ? e8m0_to_f32(L.b[j]) : e8m0_half_to_f32(rmax);  // kLane: times 2^-14
+          acc = ffma(outer, (cs[0] + cs2[0]) + (cs[3] + cs2[3]), acc);
         } else {
           Vec16 x0{};
           if (live) x0 = *reinterpret_cast<const Vec16*>(xr + st * kSv);
