@@ -1,0 +1,35 @@
+#!/bin/bash
+# One H200 job for examples/wgmma/wgmma_gateup_probe.cu (the FP8 gate/up on wgmma, weights straight into
+# the A operand's registers): build it with nvcc for sm_90a (ptxas report in build.log), run it at
+# TOKENS (default 1,4,8,12,16,20) once per RUNS entry MODE:PREFETCH (default "0:0", the probe as
+# described; see its header for PROBE_MODE and PROBE_PREFETCH), and with TIMELINE=1 also the package's
+# own kernels through the timeline harness (examples/timeline, FP8, TP4 and TP8 at TLTOKENS, default
+# 8,16,20), whose "gate/up job 5+ done" max is the committed gate/up's end to set beside the probe.
+# Example (the diagnostics prepared after run 1): RUNS="0:0 1:0 2:0 0:1 0:0" TOKENS=1,8,16,20 TIMELINE=1
+set -u
+OUT=${OUT:-/tmp/smallm_out}; mkdir -p "$OUT"
+t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+if [ "${TIMELINE:-0}" = 1 ]; then
+  ( nvcc -std=c++17 -arch=sm_90a -O3 -DSMALLM_TIMELINE -Ihip examples/timeline/timeline.cu -o /tmp/timeline \
+      > "$OUT/timeline_build.log" 2>&1 ) &
+fi
+nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -Xptxas -v examples/wgmma/wgmma_gateup_probe.cu -o /tmp/wgp \
+  > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 10; }
+for run in ${RUNS:-0:0}; do
+  mode=${run%%:*}; pf=${run##*:}
+  stamp "probe mode $mode prefetch $pf"
+  log="$OUT/probe_m${mode}_p${pf}.log"; [ -e "$log" ] && log="$OUT/probe_m${mode}_p${pf}_again.log"
+  PROBE_MODE=$mode PROBE_PREFETCH=$pf timeout "${PROBE_TIMEOUT:-150}" /tmp/wgp "${TOKENS:-1,4,8,12,16,20}" > "$log" 2>&1
+  echo "probe rc=$?" >> "$log"
+done
+if [ "${TIMELINE:-0}" = 1 ]; then
+  wait
+  stamp timeline
+  for I in 256 128; do for T in $(echo "${TLTOKENS:-8,16,20}" | tr , ' '); do
+    echo "== FP8 T=$T I=$I" >> "$OUT/timeline.log"
+    timeout 60 /tmp/timeline 0 "$T" "$I" 20 >> "$OUT/timeline.log" 2>&1
+  done; done
+  grep -E "^== |event time|gate/up job 5\+ done" "$OUT/timeline.log"
+fi
+stamp done
+for f in "$OUT"/probe_*.log; do echo "== $(basename "$f" .log)"; grep -vE "^shape" "$f"; done

@@ -1,0 +1,824 @@
+// wgmma_gateup_probe.cu: the FP8 gate/up on the H200's FP8 tensor cores (`wgmma`), a probe.
+//
+// Why: from 8 tokens the package's tensor-core gate/up is bound by instruction issue, not by memory
+// (README "Why not 1.25x"): `mma.sync` on sm_90 takes only f16, so every e4m3 weight is converted first.
+// At 17 tokens (Qwen3.5 TP4) its last block ends at ~105 us for ~310 MB of W13 (~65 us at the HBM's
+// rate; examples/results "h200-ab14" run 1). sm_90's FP8 tensor cores are reached through `wgmma` only,
+// whose A operand may sit in registers: here the weights go from global memory straight into A's
+// registers (no conversion, no shared memory), x is the B operand in shared memory, split exactly into
+// two e4m3 parts per value (hi = e4m3(x s), lo = e4m3(16 (x s - hi)), s a power of two per token that
+// puts its largest |x| in [128, 256)), hi and lo of token t as B's columns 2t and 2t + 1.
+//
+// Design: grid = one block of two warpgroups per SM; every block routes the pairs (distinct experts in
+// first-occurrence order, each pair's slot), issues its first jobs' loads, then stages x (hi/lo, e4m3,
+// in wgmma's no-swizzle K-major layout). A warpgroup's job is (expert, 32 intermediate rows, a K slice
+// of 512): 32 gate rows and the same 32 up rows = 64 A rows (warp w: gate rows 8w..8w+7 of the chunk
+// as its A rows g, their up rows as g + 8), 32 KB, every thread 16 loads of 16 bytes; the next job's
+// loads are issued before this one computes. Per 128-wide K block: four m64nNk32 wgmmas (N = 8 NT
+// columns, NT = ceil(T / 4)) into a fresh accumulator, then the block's two scales (gate, up) on it in
+// fp32. K permuted inside each 64-byte piece so that a thread's A fragment of two k-steps is one 16-byte
+// load of one row (B staged in the same order). Each job writes its K slice's partial gate and up sums
+// of the pairs routed to its expert; a second kernel sums the slices in order (deterministic) and
+// writes h = silu(gate) * up.
+//
+// The check first tests the A register fragment this relies on (a wgmma with A from registers against
+// the same A from shared memory, as documented: the same bits, and within 2^-12 of the largest sum of
+// an fp64 reference, as FP8 wgmma keeps fewer bits in its sums), then every T against an fp64 reference
+// of h, h poisoned before each call and two calls compared bit for bit; then times the gate/up kernel,
+// the slice sum, and a read-only kernel over the same W13 bytes (the floor, best of five chunkings),
+// with the bench's graph discipline (8 weight copies rotated in one CUDA graph, median of 5 rounds of 20).
+//
+// Usage: wgmma_gateup_probe [tokens, default 1,4,8,12,16,20] (Qwen3.5 W13: D 4096, E 513, K 11, I 256
+// and 128; T <= 20, row-major weights, fp32 128x128 block scales). PROBE_PREFETCH=1: the job after next
+// asked into L2 (`cp.async.bulk.prefetch.L2`) as the next job's loads are issued. PROBE_MODE (timing
+// diagnostics, h wrong): 1 no MMA (the loads alone, each job's registers consumed), 2 one wgmma group
+// and one wait per job instead of four.
+// Build: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 examples/wgmma/wgmma_gateup_probe.cu -o wgp
+// Results: examples/results "h200-wgmma" (run 1, 2026-12-02: correct, 3.5-3.8e-4; level with the
+// committed gate/up, 1.39-1.72x of the W13 floor at 8-20 tokens). PROBE_PREFETCH and PROBE_MODE came
+// after that run and have not run yet.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CK(x)                                                                    \
+  do {                                                                           \
+    cudaError_t e_ = (x);                                                        \
+    if (e_ != cudaSuccess) {                                                     \
+      printf("CUDA %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      exit(1);                                                                   \
+    }                                                                            \
+  } while (0)
+
+constexpr int kWG = 2;                 // warpgroups per block
+constexpr int kThreads = 128 * kWG;
+constexpr int kSlice = 512;            // K per job
+constexpr int kPieces = kSlice / 64;   // 64-byte pieces per job and row: a thread loads 16 bytes of each
+constexpr int kMaxT = 20, kMaxNT = 5;  // tokens per call; B columns / 8
+constexpr int kMaxPairs = 320, kMaxE = 1024;
+
+struct Args {
+  const uint8_t* w13;      // [E, 2I, D] e4m3, row-major
+  const float* s13;        // [E, 2I/128, D/128]
+  const __nv_bfloat16* x;  // [T, D]
+  const int* ids;          // [T, K]
+  float* part;             // [D / kSlice][T K][2I]: each slice's gate (i < I) and up (I + i) sums
+  float* h;                // [T K][I]
+  int T, K, E, D, I;
+  int log_s, log_c;        // D / kSlice = 2^log_s slices, I / 32 = 2^log_c chunks (the host checks)
+  int prefetch;            // 1: the job after next into L2 (bulk prefetches) as the next job's loads are issued
+  int mode;                // 0 as described; timing diagnostics (their h is wrong): 1 no MMA (each job's loads
+                           // only consumed), 2 one wgmma group per job (its first block's scales for all four)
+};
+
+// ------------------------------------------------------------------ wgmma helpers
+__device__ __forceinline__ uint32_t saddr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// Shared-memory matrix descriptor, no swizzle: start, LBO (the next 16-byte K group's core matrices),
+// SBO (the next 8 rows' core matrices), all in 16-byte units.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)((lbo & 0x3ffffu) >> 4) << 16) |
+         ((uint64_t)((sbo & 0x3ffffu) >> 4) << 32);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Accumulators touched by other instructions between wgmmas must be fenced: this keeps ptxas from
+// moving reads of d above the wait.
+template <int N>
+__device__ __forceinline__ void wg_hold(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d += A(64 x 32, e4m3, registers) * B(32 x 8 NT, e4m3, shared memory via desc); without kAcc d = A B
+// (d written only: no zeros to set first).
+template <int NT, bool kAcc>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[4 * NT], const uint32_t (&a)[4], uint64_t desc);
+template <>
+__device__ __forceinline__ void wgmma_e4m3<1, false>(float (&d)[4], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3<1, true>(float (&d)[4], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3<2, false>(float (&d)[8], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3<2, true>(float (&d)[8], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3<3, false>(float (&d)[12], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n24k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, %16, p, 1, 1;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3<3, true>(float (&d)[12], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n24k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, %16, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3<4, false>(float (&d)[16], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3<4, true>(float (&d)[16], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3<5, false>(float (&d)[20], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n40k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19}, {%20, %21, %22, %23}, %24, p, 1, 1;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3<5, true>(float (&d)[20], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n40k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19}, {%20, %21, %22, %23}, %24, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+// The same MMA with A from shared memory (the fragment check's reference).
+__device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[4], uint64_t adesc, uint64_t bdesc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, 0, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(adesc), "l"(bdesc));
+}
+
+// 16 bytes from global memory, not kept in L1 (the weights are read once).
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
+
+// ------------------------------------------------------------------ fragment check
+// One warpgroup: A (64 x 32 e4m3, row-major in global memory) into registers as the probe's kernel
+// takes it (register j of thread (warp w, lane 4 g + q): bytes 4q..4q+3 of row 16 w + g + 8 (j & 1),
+// plus 16 for j >= 2), and into shared memory in the documented no-swizzle K-major layout; B (32 x 8)
+// in shared memory. d_reg and d_smem must be equal (both exact: small integers).
+__global__ void fragment_check(const uint8_t* A, const uint8_t* B, float* d_reg, float* d_smem) {
+  __shared__ __align__(128) uint8_t as[64 * 32];
+  __shared__ __align__(128) uint8_t bs[8 * 32];
+  const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+  for (int i = tid; i < 64 * 32; i += 128) {  // core matrix (row group r / 8, K group k / 16) at 256 (r / 8) + 128 (k / 16)
+    const int r = i / 32, k = i % 32;
+    as[(r / 8) * 256 + (k / 16) * 128 + (r % 8) * 16 + k % 16] = A[i];
+  }
+  for (int i = tid; i < 8 * 32; i += 128) {  // B[k][n] given as n-major rows of 32 k
+    const int n = i / 32, k = i % 32;
+    bs[(k / 16) * 128 + n * 16 + k % 16] = B[i];
+  }
+  __syncthreads();
+  uint32_t a[4];
+  for (int j = 0; j < 4; ++j) {
+    const int row = 16 * w + g + 8 * (j & 1), col = 4 * q + 16 * (j >> 1);
+    memcpy(&a[j], A + row * 32 + col, 4);
+  }
+  float dr[4], ds[4] = {0, 0, 0, 0};
+  const uint64_t bdesc = smem_desc(saddr(bs), 128, 256);
+  wg_fence();
+  wgmma_e4m3<1, false>(dr, a, bdesc);
+  wgmma_e4m3_ss(ds, smem_desc(saddr(as), 128, 256), bdesc);
+  wg_commit();
+  wg_wait0();
+  wg_hold(dr);
+  wg_hold(ds);
+  for (int j = 0; j < 4; ++j) {  // d fragment: (row g + 8 (j / 2), column 2 q + j % 2) of the warp's 16 rows
+    const int row = 16 * w + g + 8 * (j / 2), col = 2 * q + (j % 2);
+    d_reg[row * 8 + col] = dr[j];
+    d_smem[row * 8 + col] = ds[j];
+  }
+}
+
+// ------------------------------------------------------------------ the gate/up
+// B (x) layout: wgmma k-step st (32 logical k) at st * 2 NB; inside it, K group kc (16 logical k) at
+// kc * NB (LBO = NB = NT * 128), column group n / 8 at (n / 8) * 128 (SBO = 128), row n % 8 at 16 (n % 8).
+// Logical k (kc, j) of step st = 2 p + tt is physical k 64 p + 16 (j / 4) + 8 tt + 4 kc + j % 4: the
+// 16 bytes thread q loads of a row at 64 p + 16 q hold A's (kc 0, kc 1) words of step 2p and of 2p + 1.
+struct Shared {
+  float xinv[kMaxT];         // 1 / s of each token
+  int nu;                    // distinct experts
+  int ids[kMaxPairs];
+  int first[kMaxE];          // first pair of each expert, then (for first pairs) its distinct index
+  int uni[kMaxPairs];        // distinct experts, first-occurrence order
+  unsigned mask[kMaxPairs / 32];  // first pairs of each 32
+  signed char slot[kMaxPairs * kMaxT];  // [u][t]: the slot of token t routed to distinct expert u, or -1
+};
+
+struct Loads {
+  uint4 v[2 * kPieces];  // piece p: v[2p] of the gate row, v[2p + 1] of the up row
+  float sg[kSlice / 128], su[kSlice / 128];
+};
+
+template <int NT>
+__global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  Shared& sh = *reinterpret_cast<Shared*>(smem);
+  uint8_t* bx = smem + ((sizeof(Shared) + 127) / 128) * 128;
+  const int tid = threadIdx.x, P = a.T * a.K, S = a.D / kSlice, C = a.I / 32;
+  constexpr int NB = NT * 128;  // B's LBO: the bytes of one 16-wide K group over all columns
+
+  // routing: distinct experts in first-occurrence order, each pair's slot per (expert, token)
+  for (int e = tid; e < a.E; e += kThreads) sh.first[e] = INT_MAX;
+  for (int p = tid; p < P; p += kThreads) sh.ids[p] = a.ids[p];
+  for (int i = tid; i < kMaxPairs * kMaxT / 4; i += kThreads) reinterpret_cast<int*>(sh.slot)[i] = -1;
+  __syncthreads();
+  for (int p = tid; p < P; p += kThreads) atomicMin(&sh.first[sh.ids[p]], p);
+  __syncthreads();
+  const int lane = tid % 32, warp = tid / 32;
+  for (int c = warp; c * 32 < P; c += kThreads / 32) {
+    const int p = c * 32 + lane;
+    const unsigned m = __ballot_sync(~0u, p < P && sh.first[sh.ids[p]] == p);
+    if (lane == 0) sh.mask[c] = m;
+  }
+  __syncthreads();
+  int rank_of[2] = {-1, -1};  // distinct index of the first pairs tid, tid + kThreads
+  for (int r = 0; r < 2; ++r) {
+    const int p = tid + r * kThreads;
+    if (p < P && sh.first[sh.ids[p]] == p) {
+      int before = __popc(sh.mask[p / 32] & ((1u << (p % 32)) - 1u));
+      for (int c = 0; c < p / 32; ++c) before += __popc(sh.mask[c]);
+      rank_of[r] = before;
+      sh.uni[before] = sh.ids[p];
+    }
+  }
+  if (tid == 0) {
+    int n = 0;
+    for (int c = 0; c * 32 < P; ++c) n += __popc(sh.mask[c]);
+    sh.nu = n;
+  }
+  __syncthreads();
+  for (int r = 0; r < 2; ++r)
+    if (rank_of[r] >= 0) sh.first[sh.ids[tid + r * kThreads]] = rank_of[r];  // expert -> distinct index
+  __syncthreads();
+  for (int p = tid; p < P; p += kThreads) sh.slot[sh.first[sh.ids[p]] * a.T + p / a.K] = (signed char)(p % a.K);
+  __syncthreads();
+
+  const int wg = tid / 128, w = warp % 4, g = lane / 4, q = lane % 4;
+  const int G = gridDim.x * kWG, njobs = sh.nu * C * S;
+  auto issue = [&](int job, Loads& L) {
+    const int u = job >> (a.log_c + a.log_s), c = (job >> a.log_s) & (C - 1), s = job & (S - 1), e = sh.uni[u];
+    const int rg = 32 * c + 8 * w + g;  // gate row; its up row is I + rg
+    const uint8_t* pg = a.w13 + ((size_t)e * 2 * a.I + rg) * a.D + (size_t)s * kSlice + 16 * q;
+    const uint8_t* pu = pg + (size_t)a.I * a.D;
+#pragma unroll
+    for (int p = 0; p < kPieces; ++p) {
+      L.v[2 * p] = ld_stream(pg + 64 * p);
+      L.v[2 * p + 1] = ld_stream(pu + 64 * p);
+    }
+    const float* sc = a.s13 + ((size_t)e * (2 * a.I / 128) + rg / 128) * (a.D / 128) + s * (kSlice / 128);
+    const float* scu = sc + (size_t)(a.I / 128) * (a.D / 128);
+#pragma unroll
+    for (int b = 0; b < kSlice / 128; ++b) {
+      L.sg[b] = __ldg(sc + b);
+      L.su[b] = __ldg(scu + b);
+    }
+  };
+
+  auto prefetch = [&](int job) {  // lanes q = 0: their gate and up rows' 512 bytes of the job
+    if (!a.prefetch || job >= njobs || q != 0) return;
+    const int u = job >> (a.log_c + a.log_s), c = (job >> a.log_s) & (C - 1), s = job & (S - 1), e = sh.uni[u];
+    const uint8_t* pg = a.w13 + ((size_t)e * 2 * a.I + 32 * c + 8 * w + g) * a.D + (size_t)s * kSlice;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pg), "n"(kSlice) : "memory");
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pg + (size_t)a.I * a.D), "n"(kSlice) : "memory");
+  };
+
+  Loads cur, nxt;
+  int job = blockIdx.x * kWG + wg;
+  if (job < njobs) issue(job, cur);
+  prefetch(job + G);
+
+  // x: per-token power-of-two scale, then hi/lo e4m3 into B's layout (columns >= 2T zero)
+  for (int t = warp; t < a.T; t += kThreads / 32) {
+    float m = 0.0f;
+    const uint4* xr = reinterpret_cast<const uint4*>(a.x + (size_t)t * a.D);
+    for (int v = lane; v < a.D / 8; v += 32) {
+      const uint4 u4 = xr[v];
+      const uint32_t ww[4] = {u4.x, u4.y, u4.z, u4.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) m = fmaxf(m, fmaxf(fabsf(__uint_as_float(ww[i] << 16)), fabsf(__uint_as_float(ww[i] & 0xffff0000u))));
+    }
+#pragma unroll
+    for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
+    if (lane == 0) {
+      const int ex = m > 0.0f ? (int)((__float_as_uint(m) >> 23) & 255) - 127 : 7;  // floor(log2 m)
+      sh.xinv[t] = exp2f((float)(ex - 7));
+    }
+  }
+  __syncthreads();
+  const int units = 4 * NT * (a.D / 16);  // (token column pair t < 4 NT, 16 physical k)
+  for (int un = tid; un < units; un += kThreads) {
+    const int t = un / (a.D / 16), kp0 = 16 * (un % (a.D / 16));
+    const int p = kp0 / 64, qq = (kp0 % 64) / 16;
+    float xv[16];
+    if (t < a.T) {
+      const float s = 1.0f / sh.xinv[t];
+      const uint4* xr = reinterpret_cast<const uint4*>(a.x + (size_t)t * a.D + kp0);
+      const uint4 v0 = xr[0], v1 = xr[1];
+      const uint32_t ww[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        xv[2 * i] = __uint_as_float(ww[i] << 16) * s;
+        xv[2 * i + 1] = __uint_as_float(ww[i] & 0xffff0000u) * s;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) xv[i] = 0.0f;
+    }
+#pragma unroll
+    for (int tt = 0; tt < 2; ++tt) {
+#pragma unroll
+      for (int kc = 0; kc < 2; ++kc) {
+        uint32_t hi = 0, lo = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j += 2) {
+          const float x0 = xv[8 * tt + 4 * kc + j], x1 = xv[8 * tt + 4 * kc + j + 1];
+          const __nv_fp8x2_storage_t h2 = __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
+          const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(h2, __NV_E4M3);
+          const float2 hf = __half22float2(*reinterpret_cast<const __half2*>(&hr));
+          const __nv_fp8x2_storage_t l2 =
+              __nv_cvt_float2_to_fp8x2(make_float2(16.0f * (x0 - hf.x), 16.0f * (x1 - hf.y)), __NV_SATFINITE, __NV_E4M3);
+          hi |= (uint32_t)h2 << (8 * j);
+          lo |= (uint32_t)l2 << (8 * j);
+        }
+        uint8_t* at = bx + (size_t)(2 * p + tt) * 2 * NB + kc * NB + 4 * qq;
+        const int nh = 2 * t, nl = 2 * t + 1;
+        *reinterpret_cast<uint32_t*>(at + (nh / 8) * 128 + (nh % 8) * 16) = hi;
+        *reinterpret_cast<uint32_t*>(at + (nl / 8) * 128 + (nl % 8) * 16) = lo;
+      }
+    }
+  }
+  __syncthreads();
+
+  // B's descriptor at its first k-step: the low word (start, LBO) moves with the step (the start field
+  // never carries: B lies below 256 KB), the high word (SBO) is fixed
+  const uint64_t desc0 = smem_desc(saddr(bx), NB, 128), desc_hi = desc0 & ~0xffffffffull;
+  const uint32_t desc_lo = (uint32_t)desc0;
+  auto compute = [&](int job, const Loads& L) {
+    const int u = job >> (a.log_c + a.log_s), c = (job >> a.log_s) & (C - 1), s = job & (S - 1);
+    if (a.mode == 1) {  // the loads alone: wait for them, keep them (never true: no store)
+      uint32_t x = 0;
+#pragma unroll
+      for (int i = 0; i < 2 * kPieces; ++i) x ^= L.v[i].x ^ L.v[i].y ^ L.v[i].z ^ L.v[i].w;
+      if (x == 0x2545f491u && L.sg[0] == 1.2345f) a.part[0] = 0.0f;
+      return;
+    }
+    if (a.mode == 2) {  // all 16 k-steps in one wgmma group: one wait per job instead of four
+      float acc[4 * NT];
+      wg_fence();
+#pragma unroll
+      for (int k4 = 0; k4 < 4 * kSlice / 128; ++k4) {
+        const int p = k4 / 2, tt = k4 % 2;
+        const uint4 vg = L.v[2 * p], vu = L.v[2 * p + 1];
+        const uint32_t fr[4] = {tt ? vg.z : vg.x, tt ? vu.z : vu.x, tt ? vg.w : vg.y, tt ? vu.w : vu.y};
+        const uint64_t desc = desc_hi | (desc_lo + (uint32_t)(s * kPieces * 4 * NB / 16) + (uint32_t)((2 * p + tt) * 2 * NB / 16));
+        if (k4 == 0) {
+          wgmma_e4m3<NT, false>(acc, fr, desc);
+        } else {
+          wgmma_e4m3<NT, true>(acc, fr, desc);
+        }
+      }
+      wg_commit();
+      wg_wait0();
+      wg_hold(acc);
+      const int i = 32 * c + 8 * w + g;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int t = 4 * j + q;
+        if (t < a.T && sh.slot[u * a.T + t] >= 0) {
+          float* dst = a.part + ((size_t)s * P + t * a.K + sh.slot[u * a.T + t]) * 2 * a.I;
+          dst[i] = (acc[4 * j] + 0.0625f * acc[4 * j + 1]) * L.sg[0];
+          dst[a.I + i] = (acc[4 * j + 2] + 0.0625f * acc[4 * j + 3]) * L.su[0];
+        }
+      }
+      return;
+    }
+    const uint32_t lo_job = desc_lo + (uint32_t)(s * kPieces * 4 * NB / 16);  // the slice's first k-step
+    float tot[4 * NT];
+#pragma unroll
+    for (int i = 0; i < 4 * NT; ++i) tot[i] = 0.0f;
+#pragma unroll
+    for (int b = 0; b < kSlice / 128; ++b) {  // one 128-wide K block: its two scales
+      float acc[4 * NT];
+      wg_fence();
+#pragma unroll
+      for (int k4 = 0; k4 < 4; ++k4) {
+        const int p = 2 * b + k4 / 2, tt = k4 % 2;
+        const uint4 vg = L.v[2 * p], vu = L.v[2 * p + 1];
+        const uint32_t fr[4] = {tt ? vg.z : vg.x, tt ? vu.z : vu.x, tt ? vg.w : vg.y, tt ? vu.w : vu.y};
+        const uint64_t desc = desc_hi | (lo_job + (uint32_t)((2 * p + tt) * 2 * NB / 16));  // step 2 (s kPieces + p) + tt
+        if (k4 == 0) {
+          wgmma_e4m3<NT, false>(acc, fr, desc);
+        } else {
+          wgmma_e4m3<NT, true>(acc, fr, desc);
+        }
+      }
+      wg_commit();
+      wg_wait0();
+      wg_hold(acc);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        tot[4 * j] = fmaf(acc[4 * j], L.sg[b], tot[4 * j]);
+        tot[4 * j + 1] = fmaf(acc[4 * j + 1], L.sg[b], tot[4 * j + 1]);
+        tot[4 * j + 2] = fmaf(acc[4 * j + 2], L.su[b], tot[4 * j + 2]);
+        tot[4 * j + 3] = fmaf(acc[4 * j + 3], L.su[b], tot[4 * j + 3]);
+      }
+    }
+    // columns 2t (hi) and 2t + 1 (lo) of token t = 4 j + q; rows g (gate) and g + 8 (up)
+    const int i = 32 * c + 8 * w + g;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int t = 4 * j + q;
+      if (t < a.T) {
+        const int sl = sh.slot[u * a.T + t];
+        if (sl >= 0) {
+          const float xi = sh.xinv[t];
+          float* dst = a.part + ((size_t)s * P + t * a.K + sl) * 2 * a.I;
+          dst[i] = (tot[4 * j] + 0.0625f * tot[4 * j + 1]) * xi;
+          dst[a.I + i] = (tot[4 * j + 2] + 0.0625f * tot[4 * j + 3]) * xi;
+        }
+      }
+    }
+  };
+  // jobs job, job + G, ...: the next job's loads issued before this one computes, into the other set
+  while (job < njobs) {
+    int jn = job + G;
+    if (jn < njobs) issue(jn, nxt);
+    prefetch(jn + G);
+    compute(job, cur);
+    job = jn;
+    if (job >= njobs) break;
+    jn = job + G;
+    if (jn < njobs) issue(jn, cur);
+    prefetch(jn + G);
+    compute(job, nxt);
+    job = jn;
+  }
+}
+
+__global__ void slice_sum(Args a) {  // h = silu(sum of the slices' gate) * (sum of their up), slices in order
+  const int i = blockIdx.x * blockDim.x + threadIdx.x, P = a.T * a.K, S = a.D / kSlice;
+  if (i >= P * a.I) return;
+  const int p = i / a.I, j = i % a.I;
+  float gs = 0.0f, us = 0.0f;
+  for (int s = 0; s < S; ++s) {
+    const float* r = a.part + ((size_t)s * P + p) * 2 * a.I;
+    gs += r[j];
+    us += r[a.I + j];
+  }
+  a.h[i] = silu(gs) * us;
+}
+
+// ------------------------------------------------------------------ reference, floor, data
+__device__ float e4m3_value(uint8_t v) {
+  const __half_raw r = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)v, __NV_E4M3);
+  return __half2float(*reinterpret_cast<const __half*>(&r));
+}
+__global__ void reference_h(Args a, float* h) {  // one thread per (pair, i), fp64
+  const int i = blockIdx.x * blockDim.x + threadIdx.x, P = a.T * a.K;
+  if (i >= P * a.I) return;
+  const int p = i / a.I, j = i % a.I, e = a.ids[p], t = p / a.K;
+  double gs = 0, us = 0;
+  for (int k = 0; k < a.D; ++k) {
+    const double xv = __bfloat162float(a.x[(size_t)t * a.D + k]);
+    const int rg = j, ru = a.I + j;
+    gs += xv * e4m3_value(a.w13[((size_t)e * 2 * a.I + rg) * a.D + k]) *
+          a.s13[((size_t)e * (2 * a.I / 128) + rg / 128) * (a.D / 128) + k / 128];
+    us += xv * e4m3_value(a.w13[((size_t)e * 2 * a.I + ru) * a.D + k]) *
+          a.s13[((size_t)e * (2 * a.I / 128) + ru / 128) * (a.D / 128) + k / 128];
+  }
+  h[i] = (float)(gs / (1.0 + exp(-gs)) * us);
+}
+// Reads each listed expert's W13 bytes once (chunks blocks per expert), 4 loads in flight per thread.
+__global__ void read_floor(const uint8_t* w13, const int* experts, long expert_bytes, int chunks, unsigned* sink) {
+  const int c = blockIdx.x % chunks;
+  const uint4* base = reinterpret_cast<const uint4*>(w13 + (long)experts[blockIdx.x / chunks] * expert_bytes);
+  const long n = expert_bytes / 16, per = (n + chunks - 1) / chunks, end = min((long)(c + 1) * per, n);
+  uint32_t acc = 0;
+  long v = (long)c * per + threadIdx.x;
+  for (; v + 3 * 256 < end; v += 4 * 256) {
+    const uint4 r0 = __ldcs(base + v), r1 = __ldcs(base + v + 256), r2 = __ldcs(base + v + 512), r3 = __ldcs(base + v + 768);
+    acc ^= r0.x ^ r1.y ^ r2.z ^ r3.w ^ r0.w ^ r1.x ^ r2.y ^ r3.z;
+  }
+  for (; v < end; v += 256) acc ^= __ldcs(base + v).x;
+  if (acc == 0x2545f491u) atomicAdd(sink, 1u);
+}
+__global__ void fill_e4m3(uint8_t* p, size_t n, uint32_t seed) {  // finite e4m3, |v| < 256
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t v = (uint32_t)i * 0x9e3779b1u + seed * 0x85ebca6bu;
+    v ^= v >> 16;
+    v *= 0x7feb352du;
+    v ^= v >> 15;
+    p[i] = (uint8_t)((v % 0x70u) | (v & 0x80u));
+  }
+}
+__global__ void fill_scale(float* p, size_t n, uint32_t seed) {  // in [0.5, 1.5) / 256
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t v = (uint32_t)i * 0x27d4eb2fu ^ seed * 0x165667b1u;
+    v ^= v >> 15;
+    v *= 0x2c1b3c6du;
+    v ^= v >> 12;
+    p[i] = (0.5f + (v >> 8) * (1.0f / 16777216.0f)) / 256.0f;
+  }
+}
+
+template <int NT>
+void launch_nt(const Args& a, int grid, size_t smem, cudaStream_t st) {
+  wg_gateup<NT><<<grid, kThreads, smem, st>>>(a);
+}
+void launch_gateup(const Args& a, int grid, cudaStream_t st) {
+  const int nt = (a.T + 3) / 4;
+  const size_t smem = ((sizeof(Shared) + 127) / 128) * 128 + (size_t)a.D * 8 * nt;
+  switch (nt) {
+    case 1: launch_nt<1>(a, grid, smem, st); break;
+    case 2: launch_nt<2>(a, grid, smem, st); break;
+    case 3: launch_nt<3>(a, grid, smem, st); break;
+    case 4: launch_nt<4>(a, grid, smem, st); break;
+    default: launch_nt<5>(a, grid, smem, st); break;
+  }
+}
+
+bool check_fragments() {
+  std::vector<uint8_t> A(64 * 32), B(8 * 32);
+  std::vector<double> ref(64 * 8, 0.0);
+  srand(7);
+  auto small = [] { return (uint8_t)(0x30 + rand() % 0x18) | (uint8_t)((rand() & 1) << 7); };  // e4m3 0.5 .. 7.5
+  for (auto& v : A) v = small();
+  for (auto& v : B) v = small();
+  auto val = [](uint8_t b) {
+    const int e = (b >> 3) & 15, m = b & 7;
+    const double mag = e ? std::ldexp(1.0 + m / 8.0, e - 7) : std::ldexp(m / 8.0, -6);
+    return (b & 0x80) ? -mag : mag;
+  };
+  for (int r = 0; r < 64; ++r)
+    for (int n = 0; n < 8; ++n)
+      for (int k = 0; k < 32; ++k) ref[r * 8 + n] += val(A[r * 32 + k]) * val(B[n * 32 + k]);
+  uint8_t *dA, *dB;
+  float *dr, *ds;
+  CK(cudaMalloc(&dA, A.size()));
+  CK(cudaMalloc(&dB, B.size()));
+  CK(cudaMalloc(&dr, 64 * 8 * 4));
+  CK(cudaMalloc(&ds, 64 * 8 * 4));
+  CK(cudaMemcpy(dA, A.data(), A.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dB, B.data(), B.size(), cudaMemcpyHostToDevice));
+  fragment_check<<<1, 128>>>(dA, dB, dr, ds);
+  CK(cudaGetLastError());
+  std::vector<float> hr(64 * 8), hs(64 * 8);
+  CK(cudaMemcpy(hr.data(), dr, hr.size() * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(hs.data(), ds, hs.size() * 4, cudaMemcpyDeviceToHost));
+  double er = 0, es = 0;
+  for (int i = 0; i < 64 * 8; ++i) {
+    er = std::max(er, std::fabs(hr[i] - ref[i]));
+    es = std::max(es, std::fabs(hs[i] - ref[i]));
+  }
+  const bool same = memcmp(hr.data(), hs.data(), hr.size() * 4) == 0;
+  double mag = 0;
+  for (double v : ref) mag = std::max(mag, std::fabs(v));
+  // the same bits either way; against fp64 within 2^-12 of the largest |d| (FP8 wgmma keeps fewer bits in its sums)
+  const bool ok = same && er <= mag / 4096 && es <= mag / 4096;
+  printf("fragment check: A from registers %s A from shared memory; max |err| vs fp64 %.3g (largest |d| %.1f) -> %s\n",
+         same ? "==" : "!=", er, mag, ok ? "PASS" : "FAIL");
+  cudaFree(dA), cudaFree(dB), cudaFree(dr), cudaFree(ds);
+  return ok;
+}
+
+static int ilog2(int v) {  // v a power of two (else the probe stops)
+  int l = 0;
+  while ((1 << l) < v) ++l;
+  if ((1 << l) != v) {
+    printf("%d is not a power of two\n", v);
+    exit(1);
+  }
+  return l;
+}
+
+struct Copy {
+  uint8_t* w13;
+  float* s13;
+};
+
+int main(int argc, char** argv) {
+  std::vector<int> toks = {1, 4, 8, 12, 16, 20};
+  if (argc > 1) {
+    toks.clear();
+    for (char* s = strtok(argv[1], ","); s; s = strtok(nullptr, ",")) toks.push_back(atoi(s));
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const int SM = prop.multiProcessorCount, E = 513, K = 11, D = 4096, copies = 8;
+  const int pf = getenv("PROBE_PREFETCH") ? atoi(getenv("PROBE_PREFETCH")) : 0;
+  const int mode = getenv("PROBE_MODE") ? atoi(getenv("PROBE_MODE")) : 0;  // 1, 2: timing only (see Args)
+  printf("device %s, %d SMs; gate/up grid %d x %d threads, jobs of 64 rows x %d K, L2 prefetch %d, mode %d%s\n", prop.name, SM, SM, kThreads, kSlice, pf, mode,
+         mode ? " (timing only: rel_err not meaningful)" : "");
+  const bool frag_ok = check_fragments();
+  const size_t smem_max = ((sizeof(Shared) + 127) / 128) * 128 + (size_t)D * 8 * kMaxNT;
+  CK(cudaFuncSetAttribute(wg_gateup<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
+  CK(cudaFuncSetAttribute(wg_gateup<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
+  CK(cudaFuncSetAttribute(wg_gateup<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
+  CK(cudaFuncSetAttribute(wg_gateup<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
+  CK(cudaFuncSetAttribute(wg_gateup<5>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  unsigned* sink;
+  CK(cudaMalloc(&sink, 4));
+  printf("%-5s %3s %4s %10s %9s %9s %8s %8s %10s\n", "shape", "T", "U", "gateup_us", "sum_us", "floor_us", "x_floor", "W13_MB",
+         "rel_err");
+  bool all_ok = frag_ok;
+  for (int I : {256, 128}) {
+    const size_t b13 = (size_t)E * 2 * I * D, n13 = (size_t)E * (2 * I / 128) * (D / 128);
+    std::vector<Copy> cp(copies);
+    for (int c = 0; c < copies; ++c) {
+      CK(cudaMalloc(&cp[c].w13, b13));
+      CK(cudaMalloc(&cp[c].s13, n13 * 4));
+      fill_e4m3<<<1024, 256>>>(cp[c].w13, b13, 101 + c);
+      fill_scale<<<256, 256>>>(cp[c].s13, n13, 201 + c);
+    }
+    CK(cudaDeviceSynchronize());
+    for (int T : toks) {
+      const int P = T * K;
+      if (T < 1 || T > kMaxT) {
+        printf("T=%d: outside 1..%d\n", T, kMaxT);
+        continue;
+      }
+      std::vector<Args> args(copies);
+      std::vector<int*> dexp(copies);
+      std::vector<int> nus(copies);
+      for (int c = 0; c < copies; ++c) {
+        srand(1000 * T + 7 * c + I);
+        std::vector<int> ids(P), distinct;
+        for (int t = 0; t < T; ++t) {
+          std::vector<int> pick;
+          while ((int)pick.size() < K) {
+            const int v = rand() % E;
+            if (std::find(pick.begin(), pick.end(), v) == pick.end()) pick.push_back(v);
+          }
+          for (int k = 0; k < K; ++k) {
+            ids[t * K + k] = pick[k];
+            if (std::find(distinct.begin(), distinct.end(), pick[k]) == distinct.end()) distinct.push_back(pick[k]);
+          }
+        }
+        nus[c] = (int)distinct.size();
+        Args& a = args[c];
+        int* d_ids;
+        __nv_bfloat16* d_x;
+        float *d_part, *d_h;
+        CK(cudaMalloc(&d_ids, P * 4));
+        CK(cudaMalloc(&d_x, (size_t)T * D * 2));
+        CK(cudaMalloc(&d_part, (size_t)(D / kSlice) * P * 2 * I * 4));
+        CK(cudaMalloc(&d_h, (size_t)P * I * 4));
+        CK(cudaMalloc(&dexp[c], distinct.size() * 4));
+        CK(cudaMemcpy(d_ids, ids.data(), P * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dexp[c], distinct.data(), distinct.size() * 4, cudaMemcpyHostToDevice));
+        std::vector<__nv_bfloat16> hx((size_t)T * D);
+        for (size_t i = 0; i < hx.size(); ++i) {  // rows of different magnitudes, some tiny values
+          const float mag = std::ldexp(1.0f, (int)(i / D) % 7 - 3);
+          const float v = (rand() % 2001 - 1000) / 1000.0f;
+          hx[i] = __float2bfloat16(mag * (rand() % 16 == 0 ? v * 1e-3f : v));
+        }
+        CK(cudaMemcpy(d_x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+        a = Args{cp[c].w13, cp[c].s13, d_x, d_ids, d_part, d_h, T, K, E, D, I, ilog2(D / kSlice), ilog2(I / 32), pf, mode};
+      }
+      auto call = [&](int c) {
+        launch_gateup(args[c], SM, st);
+        slice_sum<<<(P * I + 255) / 256, 256, 0, st>>>(args[c]);
+      };
+      // correctness: h poisoned, two calls equal bit for bit, against fp64
+      double worst = 0;
+      for (int c = 0; c < copies; ++c) {
+        const Args& a = args[c];
+        const size_t n = (size_t)P * I;
+        std::vector<float> h1(n), h2(n), ref(n);
+        CK(cudaMemsetAsync(a.h, 0xff, n * 4, st));
+        CK(cudaMemsetAsync(a.part, 0xff, (size_t)(D / kSlice) * P * 2 * I * 4, st));
+        call(c);
+        CK(cudaMemcpyAsync(h1.data(), a.h, n * 4, cudaMemcpyDeviceToHost, st));
+        CK(cudaMemsetAsync(a.h, 0xff, n * 4, st));
+        call(c);
+        CK(cudaMemcpyAsync(h2.data(), a.h, n * 4, cudaMemcpyDeviceToHost, st));
+        float* rh;
+        CK(cudaMalloc(&rh, n * 4));
+        reference_h<<<(unsigned)((n + 127) / 128), 128, 0, st>>>(a, rh);
+        CK(cudaMemcpyAsync(ref.data(), rh, n * 4, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+        CK(cudaGetLastError());
+        CK(cudaFree(rh));
+        double num = 0, den = 0;
+        bool finite = true;
+        for (size_t i = 0; i < n; ++i) {
+          finite &= std::isfinite(h1[i]);
+          num += (double)(h1[i] - ref[i]) * (h1[i] - ref[i]);
+          den += (double)ref[i] * ref[i];
+        }
+        double err = finite ? std::sqrt(num / den) : 1e9;
+        if (memcmp(h1.data(), h2.data(), n * 4) != 0) err = 2e9;
+        worst = std::max(worst, err);
+      }
+      auto time_graph = [&](auto body) {
+        cudaGraph_t gr;
+        cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        body();
+        CK(cudaStreamEndCapture(st, &gr));
+        CK(cudaGraphInstantiate(&ge, gr, 0));
+        for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, st));
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        std::vector<float> r;
+        for (int round = 0; round < 5; ++round) {
+          CK(cudaEventRecord(e0, st));
+          for (int i = 0; i < 20; ++i) CK(cudaGraphLaunch(ge, st));
+          CK(cudaEventRecord(e1, st));
+          CK(cudaEventSynchronize(e1));
+          float ms;
+          CK(cudaEventElapsedTime(&ms, e0, e1));
+          r.push_back(ms * 1000.0f / (20 * copies));
+        }
+        std::sort(r.begin(), r.end());
+        CK(cudaEventDestroy(e0));
+        CK(cudaEventDestroy(e1));
+        CK(cudaGraphExecDestroy(ge));
+        CK(cudaGraphDestroy(gr));
+        return r[r.size() / 2];
+      };
+      const float gu = time_graph([&] {
+        for (int c = 0; c < copies; ++c) launch_gateup(args[c], SM, st);
+      });
+      const float both = time_graph([&] {
+        for (int c = 0; c < copies; ++c) call(c);
+      });
+      float fl = 1e9f;
+      for (int chunks : {4, 8, 16, 32, 64})
+        fl = std::min(fl, time_graph([&] {
+               for (int c = 0; c < copies; ++c)
+                 read_floor<<<nus[c] * chunks, 256, 0, st>>>(cp[c].w13, dexp[c], 2L * I * D, chunks, sink);
+             }));
+      CK(cudaGetLastError());
+      double mb = 0;
+      for (int c = 0; c < copies; ++c) mb += nus[c] * 2.0 * I * D / 1e6 / copies;
+      const bool ok = worst <= 1e-3 || mode != 0;
+      all_ok &= ok;
+      printf("%-5s %3d %4d %10.1f %9.1f %9.1f %7.2fx %8.1f %10.2e%s\n", I == 256 ? "TP4" : "TP8", T, nus[0], gu, both - gu, fl,
+             gu / fl, mb, worst, ok ? "" : "  FAIL");
+      for (int c = 0; c < copies; ++c) {
+        const Args& a = args[c];
+        cudaFree((void*)a.ids), cudaFree((void*)a.x), cudaFree(a.part), cudaFree(a.h), cudaFree(dexp[c]);
+      }
+    }
+    for (int c = 0; c < copies; ++c) cudaFree(cp[c].w13), cudaFree(cp[c].s13);
+  }
+  printf("%s\n", all_ok ? "ALL PASS" : "SOME FAIL");
+  return all_ok ? 0 : 1;
+}
