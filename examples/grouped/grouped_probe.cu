@@ -43,14 +43,8 @@
 
 #include "smallm_moe_twopass.h"  // (-I hip) the package's helpers, for probe B
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      printf("CUDA %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);                \
-      exit(1);                                                                                  \
-    }                                                                                           \
-  } while (0)
+
+#include "../probe_common.cuh"
 
 constexpr int kT = 256, kW = kT / 32;
 constexpr int kNS = 8;           // ring slots
@@ -1061,32 +1055,7 @@ int main(int argc, char** argv) {
         CK(cudaFree(ro));
       }
       // timing: one graph of the copies' calls, median of rounds of 20 replays
-      auto time_graph = [&](auto body) {
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        body();
-        CK(cudaStreamEndCapture(st, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, st));
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        std::vector<float> r;
-        for (int round = 0; round < 5; ++round) {
-          CK(cudaEventRecord(e0, st));
-          for (int i = 0; i < 20; ++i) CK(cudaGraphLaunch(ge, st));
-          CK(cudaEventRecord(e1, st));
-          CK(cudaEventSynchronize(e1));
-          float ms;
-          CK(cudaEventElapsedTime(&ms, e0, e1));
-          r.push_back(ms * 1000.0f / (20 * copies));
-        }
-        std::sort(r.begin(), r.end());
-        CK(cudaGraphExecDestroy(ge));
-        CK(cudaGraphDestroy(g));
-        return r[r.size() / 2];
-      };
+      auto time_graph = [&](auto body) { return graph_us_per_call(st, copies, body); };
       const float us = time_graph([&] {
         for (int c = 0; c < copies; ++c) launch(c);
       });

@@ -51,14 +51,8 @@
 #include <cstring>
 #include <vector>
 
-#define CK(x)                                                                    \
-  do {                                                                           \
-    cudaError_t e_ = (x);                                                        \
-    if (e_ != cudaSuccess) {                                                     \
-      printf("CUDA %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      exit(1);                                                                   \
-    }                                                                            \
-  } while (0)
+
+#include "../probe_common.cuh"
 
 constexpr int kWG = 2;                 // warpgroups per block
 constexpr int kThreads = 128 * kWG;
@@ -105,86 +99,35 @@ __device__ __forceinline__ void wg_hold(float (&d)[N]) {
 // (d written only: no zeros to set first).
 template <int NT, bool kAcc>
 __device__ __forceinline__ void wgmma_e4m3(float (&d)[4 * NT], const uint32_t (&a)[4], uint64_t desc);
-template <>
-__device__ __forceinline__ void wgmma_e4m3<1, false>(float (&d)[4], const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-template <>
-__device__ __forceinline__ void wgmma_e4m3<1, true>(float (&d)[4], const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-template <>
-__device__ __forceinline__ void wgmma_e4m3<2, false>(float (&d)[8], const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-template <>
-__device__ __forceinline__ void wgmma_e4m3<2, true>(float (&d)[8], const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-template <>
-__device__ __forceinline__ void wgmma_e4m3<3, false>(float (&d)[12], const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n24k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, %16, p, 1, 1;\n}\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-template <>
-__device__ __forceinline__ void wgmma_e4m3<3, true>(float (&d)[12], const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n24k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, %16, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-template <>
-__device__ __forceinline__ void wgmma_e4m3<4, false>(float (&d)[16], const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-template <>
-__device__ __forceinline__ void wgmma_e4m3<4, true>(float (&d)[16], const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-template <>
-__device__ __forceinline__ void wgmma_e4m3<5, false>(float (&d)[20], const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n40k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19}, {%20, %21, %22, %23}, %24, p, 1, 1;\n}\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-template <>
-__device__ __forceinline__ void wgmma_e4m3<5, true>(float (&d)[20], const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n40k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19}, {%20, %21, %22, %23}, %24, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
+// The ten specializations (NT 1..5, set or accumulate): D's registers %0.., then A's four, then desc.
+#define SMALLM_WG_D4 "%0, %1, %2, %3"
+#define SMALLM_WG_D8 SMALLM_WG_D4 ", %4, %5, %6, %7"
+#define SMALLM_WG_D12 SMALLM_WG_D8 ", %8, %9, %10, %11"
+#define SMALLM_WG_D16 SMALLM_WG_D12 ", %12, %13, %14, %15"
+#define SMALLM_WG_D20 SMALLM_WG_D16 ", %16, %17, %18, %19"
+#define SMALLM_WG_O4(c) c(d[0]), c(d[1]), c(d[2]), c(d[3])
+#define SMALLM_WG_O8(c) SMALLM_WG_O4(c), c(d[4]), c(d[5]), c(d[6]), c(d[7])
+#define SMALLM_WG_O12(c) SMALLM_WG_O8(c), c(d[8]), c(d[9]), c(d[10]), c(d[11])
+#define SMALLM_WG_O16(c) SMALLM_WG_O12(c), c(d[12]), c(d[13]), c(d[14]), c(d[15])
+#define SMALLM_WG_O20(c) SMALLM_WG_O16(c), c(d[16]), c(d[17]), c(d[18]), c(d[19])
+#define SMALLM_WG_SET(x) "=f"(x)
+#define SMALLM_WG_ACC(x) "+f"(x)
+#define SMALLM_WG_ONE(NT, ACC, FLAG, N, DL, AL, DS, OUTS, C)                                                          \
+  template <>                                                                                                \
+  __device__ __forceinline__ void wgmma_e4m3<NT, ACC>(float(&d)[4 * NT], const uint32_t(&a)[4], uint64_t desc) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " FLAG ", 0;\n"                                           \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" DL "}, {" AL "}, %" #DS ", p, 1, 1;\n}\n" \
+                 : OUTS(C)                                                                                   \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));                \
+  }
+#define SMALLM_WG_BOTH(NT, N, DL, AL, DS, OUTS)                    \
+  SMALLM_WG_ONE(NT, false, "0", N, DL, AL, DS, OUTS, SMALLM_WG_SET) \
+  SMALLM_WG_ONE(NT, true, "1", N, DL, AL, DS, OUTS, SMALLM_WG_ACC)
+SMALLM_WG_BOTH(1, 8, SMALLM_WG_D4, "%4, %5, %6, %7", 8, SMALLM_WG_O4)
+SMALLM_WG_BOTH(2, 16, SMALLM_WG_D8, "%8, %9, %10, %11", 12, SMALLM_WG_O8)
+SMALLM_WG_BOTH(3, 24, SMALLM_WG_D12, "%12, %13, %14, %15", 16, SMALLM_WG_O12)
+SMALLM_WG_BOTH(4, 32, SMALLM_WG_D16, "%16, %17, %18, %19", 20, SMALLM_WG_O16)
+SMALLM_WG_BOTH(5, 40, SMALLM_WG_D20, "%20, %21, %22, %23", 24, SMALLM_WG_O20)
 // The same MMA with A from shared memory (the fragment check's reference).
 __device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[4], uint64_t adesc, uint64_t bdesc) {
   asm volatile(
@@ -261,6 +204,29 @@ struct Loads {
   uint4 v[2 * kPieces];  // piece p: v[2p] of the gate row, v[2p + 1] of the up row
   float sg[kSlice / 128], su[kSlice / 128];
 };
+
+// k-steps k0 .. k0 + N - 1 of a job (two per 64-byte piece: its gate and up words as A) into acc, the
+// first one setting it; one wgmma group, waited for. lo_job: B's descriptor low word at the job's first
+// step (step k at + k 2 NB bytes).
+template <int NT, int N>
+__device__ __forceinline__ void mma_steps(float (&acc)[4 * NT], const Loads& L, uint64_t desc_hi, uint32_t lo_job, int k0) {
+  wg_fence();
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const int step = k0 + k, p = step / 2, tt = step % 2;
+    const uint4 vg = L.v[2 * p], vu = L.v[2 * p + 1];
+    const uint32_t fr[4] = {tt ? vg.z : vg.x, tt ? vu.z : vu.x, tt ? vg.w : vg.y, tt ? vu.w : vu.y};
+    const uint64_t desc = desc_hi | (lo_job + (uint32_t)(step * 2 * NT * 128 / 16));
+    if (k == 0) {
+      wgmma_e4m3<NT, false>(acc, fr, desc);
+    } else {
+      wgmma_e4m3<NT, true>(acc, fr, desc);
+    }
+  }
+  wg_commit();
+  wg_wait0();
+  wg_hold(acc);
+}
 
 template <int NT>
 __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
@@ -408,6 +374,7 @@ __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
   const uint32_t desc_lo = (uint32_t)desc0;
   auto compute = [&](int job, const Loads& L) {
     const int u = job >> (a.log_c + a.log_s), c = (job >> a.log_s) & (C - 1), s = job & (S - 1);
+    const uint32_t lo_job = desc_lo + (uint32_t)(s * kPieces * 4 * NB / 16);  // the slice's first k-step
     if (a.mode == 1) {  // the loads alone: wait for them, keep them (never true: no store)
       uint32_t x = 0;
 #pragma unroll
@@ -417,22 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
     }
     if (a.mode == 2) {  // all 16 k-steps in one wgmma group: one wait per job instead of four
       float acc[4 * NT];
-      wg_fence();
-#pragma unroll
-      for (int k4 = 0; k4 < 4 * kSlice / 128; ++k4) {
-        const int p = k4 / 2, tt = k4 % 2;
-        const uint4 vg = L.v[2 * p], vu = L.v[2 * p + 1];
-        const uint32_t fr[4] = {tt ? vg.z : vg.x, tt ? vu.z : vu.x, tt ? vg.w : vg.y, tt ? vu.w : vu.y};
-        const uint64_t desc = desc_hi | (desc_lo + (uint32_t)(s * kPieces * 4 * NB / 16) + (uint32_t)((2 * p + tt) * 2 * NB / 16));
-        if (k4 == 0) {
-          wgmma_e4m3<NT, false>(acc, fr, desc);
-        } else {
-          wgmma_e4m3<NT, true>(acc, fr, desc);
-        }
-      }
-      wg_commit();
-      wg_wait0();
-      wg_hold(acc);
+      mma_steps<NT, 4 * kSlice / 128>(acc, L, desc_hi, lo_job, 0);
       const int i = 32 * c + 8 * w + g;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
@@ -445,29 +397,13 @@ __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
       }
       return;
     }
-    const uint32_t lo_job = desc_lo + (uint32_t)(s * kPieces * 4 * NB / 16);  // the slice's first k-step
     float tot[4 * NT];
 #pragma unroll
     for (int i = 0; i < 4 * NT; ++i) tot[i] = 0.0f;
 #pragma unroll
     for (int b = 0; b < kSlice / 128; ++b) {  // one 128-wide K block: its two scales
       float acc[4 * NT];
-      wg_fence();
-#pragma unroll
-      for (int k4 = 0; k4 < 4; ++k4) {
-        const int p = 2 * b + k4 / 2, tt = k4 % 2;
-        const uint4 vg = L.v[2 * p], vu = L.v[2 * p + 1];
-        const uint32_t fr[4] = {tt ? vg.z : vg.x, tt ? vu.z : vu.x, tt ? vg.w : vg.y, tt ? vu.w : vu.y};
-        const uint64_t desc = desc_hi | (lo_job + (uint32_t)((2 * p + tt) * 2 * NB / 16));  // step 2 (s kPieces + p) + tt
-        if (k4 == 0) {
-          wgmma_e4m3<NT, false>(acc, fr, desc);
-        } else {
-          wgmma_e4m3<NT, true>(acc, fr, desc);
-        }
-      }
-      wg_commit();
-      wg_wait0();
-      wg_hold(acc);
+      mma_steps<NT, 4>(acc, L, desc_hi, lo_job, 4 * b);
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         tot[4 * j] = fmaf(acc[4 * j], L.sg[b], tot[4 * j]);
@@ -765,34 +701,7 @@ int main(int argc, char** argv) {
         if (memcmp(h1.data(), h2.data(), n * 4) != 0) err = 2e9;
         worst = std::max(worst, err);
       }
-      auto time_graph = [&](auto body) {
-        cudaGraph_t gr;
-        cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        body();
-        CK(cudaStreamEndCapture(st, &gr));
-        CK(cudaGraphInstantiate(&ge, gr, 0));
-        for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, st));
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        std::vector<float> r;
-        for (int round = 0; round < 5; ++round) {
-          CK(cudaEventRecord(e0, st));
-          for (int i = 0; i < 20; ++i) CK(cudaGraphLaunch(ge, st));
-          CK(cudaEventRecord(e1, st));
-          CK(cudaEventSynchronize(e1));
-          float ms;
-          CK(cudaEventElapsedTime(&ms, e0, e1));
-          r.push_back(ms * 1000.0f / (20 * copies));
-        }
-        std::sort(r.begin(), r.end());
-        CK(cudaEventDestroy(e0));
-        CK(cudaEventDestroy(e1));
-        CK(cudaGraphExecDestroy(ge));
-        CK(cudaGraphDestroy(gr));
-        return r[r.size() / 2];
-      };
+      auto time_graph = [&](auto body) { return graph_us_per_call(st, copies, body); };
       const float gu = time_graph([&] {
         for (int c = 0; c < copies; ++c) launch_gateup(args[c], SM, st);
       });
