@@ -320,12 +320,13 @@ def test_grouped_probe_builds_with_its_two_designs(tmp_path):
 def test_wgmma_probe_takes_weights_into_registers(tmp_path):
     """examples/wgmma/wgmma_gateup_probe.cu (the FP8 gate/up on wgmma, recorded in examples/results
     "h200-wgmma") builds for sm_90a as its header says, with warnings as errors and without spills; each of
-    its five gate/up kernels (8 to 40 columns) takes the weights as wgmma's A operand in registers, e4m3
+    its ten gate/up kernels (8 to 40 columns, one or two jobs ahead) takes the weights as wgmma's A operand in registers, e4m3
     as loaded (no conversion), x through a shared-memory descriptor, and has the L2 prefetch option; its
     fragment check also runs the documented shared-memory form."""
     bodies = _example_ptx(tmp_path, "wgmma/wgmma_gateup_probe.cu")
     gateups = {n: b for n, b in bodies.items() if "wg_gateup" in n}
-    assert sorted(int(re.search(r"ILi(\d)E", n).group(1)) for n in gateups) == [1, 2, 3, 4, 5], sorted(bodies)
+    kinds = sorted(tuple(map(int, re.search(r"ILi(\d)ELi(\d)E", n).groups())) for n in gateups)
+    assert kinds == [(nt, depth) for nt in (1, 2, 3, 4, 5) for depth in (2, 3)], sorted(bodies)
     for name, body in gateups.items():
         nt = int(re.search(r"ILi(\d)E", name).group(1))
         # A in registers: a brace list of four 32-bit registers, then the B descriptor

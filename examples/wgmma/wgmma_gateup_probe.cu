@@ -29,14 +29,17 @@
 // with the bench's graph discipline (8 weight copies rotated in one CUDA graph, median of 5 rounds of 20).
 //
 // Usage: wgmma_gateup_probe [tokens, default 1,4,8,12,16,20] (Qwen3.5 W13: D 4096, E 513, K 11, I 256
-// and 128; T <= 20, row-major weights, fp32 128x128 block scales). PROBE_PREFETCH=1: the job after next
-// asked into L2 (`cp.async.bulk.prefetch.L2`) as the next job's loads are issued. PROBE_MODE (timing
-// diagnostics, h wrong): 1 no MMA (the loads alone, each job's registers consumed), 2 one wgmma group
-// and one wait per job instead of four.
+// and 128; T <= 20, row-major weights, fp32 128x128 block scales). PROBE_PREFETCH=1: the job after
+// those in flight asked into L2 (`cp.async.bulk.prefetch.L2`) as a job's loads are issued.
+// PROBE_DEPTH=3: jobs of 64 rows x 256 K (16 KB) with two jobs ahead in three register sets (the loads
+// alone streamed at the floor's rate with one job ahead, "h200-ab" runs 3-5, so a job's compute time
+// adds to each round trip: ~(latency + compute) / 2 per job with one ahead, / 3 with two).
+// PROBE_MODE (timing diagnostics, h wrong): 1 no MMA (the loads alone, each job's registers consumed),
+// 2 one wgmma group and one wait per job instead of one per 128-wide K block.
 // Build: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 examples/wgmma/wgmma_gateup_probe.cu -o wgp
 // Results: examples/results "h200-wgmma" (run 1, 2026-12-02: correct, 3.5-3.8e-4; level with the
-// committed gate/up, 1.39-1.72x of the W13 floor at 8-20 tokens). PROBE_PREFETCH and PROBE_MODE came
-// after that run and have not run yet.
+// committed gate/up, 1.39-1.72x of the W13 floor at 8-20 tokens). PROBE_PREFETCH, PROBE_DEPTH and
+// PROBE_MODE came after that run and have not run yet.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -56,8 +59,8 @@
 
 constexpr int kWG = 2;                 // warpgroups per block
 constexpr int kThreads = 128 * kWG;
-constexpr int kSlice = 512;            // K per job
-constexpr int kPieces = kSlice / 64;   // 64-byte pieces per job and row: a thread loads 16 bytes of each
+// K per job: 512 with one job ahead (two register sets), 256 with two ahead (three sets: PROBE_DEPTH=3)
+__host__ __device__ constexpr int slice_of(int depth) { return depth == 3 ? 256 : 512; }
 constexpr int kMaxT = 20, kMaxNT = 5;  // tokens per call; B columns / 8
 constexpr int kMaxPairs = 320, kMaxE = 1024;
 
@@ -66,10 +69,10 @@ struct Args {
   const float* s13;        // [E, 2I/128, D/128]
   const __nv_bfloat16* x;  // [T, D]
   const int* ids;          // [T, K]
-  float* part;             // [D / kSlice][T K][2I]: each slice's gate (i < I) and up (I + i) sums
+  float* part;             // [D / slice][T K][2I]: each slice's gate (i < I) and up (I + i) sums
   float* h;                // [T K][I]
   int T, K, E, D, I;
-  int log_s, log_c;        // D / kSlice = 2^log_s slices, I / 32 = 2^log_c chunks (the host checks)
+  int log_s, log_c;        // D / slice = 2^log_s slices, I / 32 = 2^log_c chunks (the host checks)
   int prefetch;            // 1: the job after next into L2 (bulk prefetches) as the next job's loads are issued
   int mode;                // 0 as described; timing diagnostics (their h is wrong): 1 no MMA (each job's loads
                            // only consumed), 2 one wgmma group per job (its first block's scales for all four)
@@ -200,7 +203,9 @@ struct Shared {
   signed char slot[kMaxPairs * kMaxT];  // [u][t]: the slot of token t routed to distinct expert u, or -1
 };
 
-struct Loads {
+template <int kSlice>
+struct Loads {  // one job's registers: 64-byte pieces of its K slice, a thread's 16 bytes of each
+  static constexpr int kPieces = kSlice / 64;
   uint4 v[2 * kPieces];  // piece p: v[2p] of the gate row, v[2p + 1] of the up row
   float sg[kSlice / 128], su[kSlice / 128];
 };
@@ -208,8 +213,8 @@ struct Loads {
 // k-steps k0 .. k0 + N - 1 of a job (two per 64-byte piece: its gate and up words as A) into acc, the
 // first one setting it; one wgmma group, waited for. lo_job: B's descriptor low word at the job's first
 // step (step k at + k 2 NB bytes).
-template <int NT, int N>
-__device__ __forceinline__ void mma_steps(float (&acc)[4 * NT], const Loads& L, uint64_t desc_hi, uint32_t lo_job, int k0) {
+template <int NT, int N, class L_>
+__device__ __forceinline__ void mma_steps(float (&acc)[4 * NT], const L_& L, uint64_t desc_hi, uint32_t lo_job, int k0) {
   wg_fence();
 #pragma unroll
   for (int k = 0; k < N; ++k) {
@@ -228,12 +233,14 @@ __device__ __forceinline__ void mma_steps(float (&acc)[4 * NT], const Loads& L, 
   wg_hold(acc);
 }
 
-template <int NT>
+template <int NT, int kDepth>
 __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
+  constexpr int kSlice = slice_of(kDepth), kPieces = kSlice / 64;
+  using Loads = ::Loads<kSlice>;
   extern __shared__ __align__(128) uint8_t smem[];
   Shared& sh = *reinterpret_cast<Shared*>(smem);
   uint8_t* bx = smem + ((sizeof(Shared) + 127) / 128) * 128;
-  const int tid = threadIdx.x, P = a.T * a.K, S = a.D / kSlice, C = a.I / 32;
+  const int tid = threadIdx.x, P = a.T * a.K, S = 1 << a.log_s, C = a.I / 32;
   constexpr int NB = NT * 128;  // B's LBO: the bytes of one 16-wide K group over all columns
 
   // routing: distinct experts in first-occurrence order, each pair's slot per (expert, token)
@@ -301,10 +308,11 @@ __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pg + (size_t)a.I * a.D), "n"(kSlice) : "memory");
   };
 
-  Loads cur, nxt;
+  Loads cur, nxt, third;  // third: the ring's third set (kDepth 3 only; unused registers otherwise)
   int job = blockIdx.x * kWG + wg;
   if (job < njobs) issue(job, cur);
-  prefetch(job + G);
+  if (kDepth == 3 && job + G < njobs) issue(job + G, nxt);
+  prefetch(job + (kDepth - 1) * G);
 
   // x: per-token power-of-two scale, then hi/lo e4m3 into B's layout (columns >= 2T zero)
   for (int t = warp; t < a.T; t += kThreads / 32) {
@@ -428,24 +436,34 @@ __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
       }
     }
   };
-  // jobs job, job + G, ...: the next job's loads issued before this one computes, into the other set
-  while (job < njobs) {
-    int jn = job + G;
-    if (jn < njobs) issue(jn, nxt);
+  // jobs job, job + G, ...: the loads of the next kDepth - 1 jobs in flight while this one computes,
+  // each set reused once its job is computed (the loop rotates the sets by position, no copies)
+  auto step = [&](Loads& now, Loads& ahead) {  // issue job + (kDepth - 1) G into `ahead`, compute job from `now`
+    const int jn = job + (kDepth - 1) * G;
+    if (jn < njobs) issue(jn, ahead);
     prefetch(jn + G);
-    compute(job, cur);
-    job = jn;
-    if (job >= njobs) break;
-    jn = job + G;
-    if (jn < njobs) issue(jn, cur);
-    prefetch(jn + G);
-    compute(job, nxt);
-    job = jn;
+    compute(job, now);
+    job += G;
+  };
+  if (kDepth == 2) {
+    while (job < njobs) {
+      step(cur, nxt);
+      if (job >= njobs) break;
+      step(nxt, cur);
+    }
+  } else {
+    while (job < njobs) {
+      step(cur, third);
+      if (job >= njobs) break;
+      step(nxt, cur);
+      if (job >= njobs) break;
+      step(third, nxt);
+    }
   }
 }
 
 __global__ void slice_sum(Args a) {  // h = silu(sum of the slices' gate) * (sum of their up), slices in order
-  const int i = blockIdx.x * blockDim.x + threadIdx.x, P = a.T * a.K, S = a.D / kSlice;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x, P = a.T * a.K, S = 1 << a.log_s;
   if (i >= P * a.I) return;
   const int p = i / a.I, j = i % a.I;
   float gs = 0.0f, us = 0.0f;
@@ -511,18 +529,22 @@ __global__ void fill_scale(float* p, size_t n, uint32_t seed) {  // in [0.5, 1.5
 }
 
 template <int NT>
-void launch_nt(const Args& a, int grid, size_t smem, cudaStream_t st) {
-  wg_gateup<NT><<<grid, kThreads, smem, st>>>(a);
+void launch_nt(const Args& a, int grid, size_t smem, cudaStream_t st, int depth) {
+  if (depth == 3) {
+    wg_gateup<NT, 3><<<grid, kThreads, smem, st>>>(a);
+  } else {
+    wg_gateup<NT, 2><<<grid, kThreads, smem, st>>>(a);
+  }
 }
-void launch_gateup(const Args& a, int grid, cudaStream_t st) {
+void launch_gateup(const Args& a, int grid, cudaStream_t st, int depth) {
   const int nt = (a.T + 3) / 4;
   const size_t smem = ((sizeof(Shared) + 127) / 128) * 128 + (size_t)a.D * 8 * nt;
   switch (nt) {
-    case 1: launch_nt<1>(a, grid, smem, st); break;
-    case 2: launch_nt<2>(a, grid, smem, st); break;
-    case 3: launch_nt<3>(a, grid, smem, st); break;
-    case 4: launch_nt<4>(a, grid, smem, st); break;
-    default: launch_nt<5>(a, grid, smem, st); break;
+    case 1: launch_nt<1>(a, grid, smem, st, depth); break;
+    case 2: launch_nt<2>(a, grid, smem, st, depth); break;
+    case 3: launch_nt<3>(a, grid, smem, st, depth); break;
+    case 4: launch_nt<4>(a, grid, smem, st, depth); break;
+    default: launch_nt<5>(a, grid, smem, st, depth); break;
   }
 }
 
@@ -596,15 +618,15 @@ int main(int argc, char** argv) {
   const int SM = prop.multiProcessorCount, E = 513, K = 11, D = 4096, copies = 8;
   const int pf = getenv("PROBE_PREFETCH") ? atoi(getenv("PROBE_PREFETCH")) : 0;
   const int mode = getenv("PROBE_MODE") ? atoi(getenv("PROBE_MODE")) : 0;  // 1, 2: timing only (see Args)
-  printf("device %s, %d SMs; gate/up grid %d x %d threads, jobs of 64 rows x %d K, L2 prefetch %d, mode %d%s\n", prop.name, SM, SM, kThreads, kSlice, pf, mode,
+  const int depth = getenv("PROBE_DEPTH") && atoi(getenv("PROBE_DEPTH")) == 3 ? 3 : 2;  // jobs in registers at once
+  const int slice = slice_of(depth);
+  printf("device %s, %d SMs; gate/up grid %d x %d threads, jobs of 64 rows x %d K, %d in registers, L2 prefetch %d, mode %d%s\n", prop.name, SM, SM, kThreads, slice, depth, pf, mode,
          mode ? " (timing only: rel_err not meaningful)" : "");
   const bool frag_ok = check_fragments();
   const size_t smem_max = ((sizeof(Shared) + 127) / 128) * 128 + (size_t)D * 8 * kMaxNT;
-  CK(cudaFuncSetAttribute(wg_gateup<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
-  CK(cudaFuncSetAttribute(wg_gateup<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
-  CK(cudaFuncSetAttribute(wg_gateup<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
-  CK(cudaFuncSetAttribute(wg_gateup<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
-  CK(cudaFuncSetAttribute(wg_gateup<5>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
+  auto allow = [&](auto kernel) { CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max)); };
+  allow(wg_gateup<1, 2>), allow(wg_gateup<2, 2>), allow(wg_gateup<3, 2>), allow(wg_gateup<4, 2>), allow(wg_gateup<5, 2>);
+  allow(wg_gateup<1, 3>), allow(wg_gateup<2, 3>), allow(wg_gateup<3, 3>), allow(wg_gateup<4, 3>), allow(wg_gateup<5, 3>);
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   unsigned* sink;
@@ -652,7 +674,7 @@ int main(int argc, char** argv) {
         float *d_part, *d_h;
         CK(cudaMalloc(&d_ids, P * 4));
         CK(cudaMalloc(&d_x, (size_t)T * D * 2));
-        CK(cudaMalloc(&d_part, (size_t)(D / kSlice) * P * 2 * I * 4));
+        CK(cudaMalloc(&d_part, (size_t)(D / slice) * P * 2 * I * 4));
         CK(cudaMalloc(&d_h, (size_t)P * I * 4));
         CK(cudaMalloc(&dexp[c], distinct.size() * 4));
         CK(cudaMemcpy(d_ids, ids.data(), P * 4, cudaMemcpyHostToDevice));
@@ -664,10 +686,10 @@ int main(int argc, char** argv) {
           hx[i] = __float2bfloat16(mag * (rand() % 16 == 0 ? v * 1e-3f : v));
         }
         CK(cudaMemcpy(d_x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-        a = Args{cp[c].w13, cp[c].s13, d_x, d_ids, d_part, d_h, T, K, E, D, I, ilog2(D / kSlice), ilog2(I / 32), pf, mode};
+        a = Args{cp[c].w13, cp[c].s13, d_x, d_ids, d_part, d_h, T, K, E, D, I, ilog2(D / slice), ilog2(I / 32), pf, mode};
       }
       auto call = [&](int c) {
-        launch_gateup(args[c], SM, st);
+        launch_gateup(args[c], SM, st, depth);
         slice_sum<<<(P * I + 255) / 256, 256, 0, st>>>(args[c]);
       };
       // correctness: h poisoned, two calls equal bit for bit, against fp64
@@ -677,7 +699,7 @@ int main(int argc, char** argv) {
         const size_t n = (size_t)P * I;
         std::vector<float> h1(n), h2(n), ref(n);
         CK(cudaMemsetAsync(a.h, 0xff, n * 4, st));
-        CK(cudaMemsetAsync(a.part, 0xff, (size_t)(D / kSlice) * P * 2 * I * 4, st));
+        CK(cudaMemsetAsync(a.part, 0xff, (size_t)(D / slice) * P * 2 * I * 4, st));
         call(c);
         CK(cudaMemcpyAsync(h1.data(), a.h, n * 4, cudaMemcpyDeviceToHost, st));
         CK(cudaMemsetAsync(a.h, 0xff, n * 4, st));
@@ -703,7 +725,7 @@ int main(int argc, char** argv) {
       }
       auto time_graph = [&](auto body) { return graph_us_per_call(st, copies, body); };
       const float gu = time_graph([&] {
-        for (int c = 0; c < copies; ++c) launch_gateup(args[c], SM, st);
+        for (int c = 0; c < copies; ++c) launch_gateup(args[c], SM, st, depth);
       });
       const float both = time_graph([&] {
         for (int c = 0; c < copies; ++c) call(c);
