@@ -1,11 +1,13 @@
 #!/bin/bash
 # One H200 job for examples/wgmma/wgmma_gateup_probe.cu (the FP8 gate/up on wgmma, weights straight into
 # the A operand's registers): build it with nvcc for sm_90a (ptxas report in build.log), run it at
-# TOKENS (default 1,4,8,12,16,20) once per RUNS entry MODE:PREFETCH[:DEPTH] (default "0:0", the probe
-# as described; see its header for PROBE_MODE, PROBE_PREFETCH, PROBE_DEPTH), and with TIMELINE=1 the package's
+# TOKENS (default 1,4,8,12,16,20) once per RUNS entry MODE:PREFETCH[:DEPTH[:XPREP]] (default "0:0", the
+# probe as described; its header explains PROBE_MODE, PROBE_PREFETCH, PROBE_DEPTH, PROBE_XPREP), and with
+# TIMELINE=1 the package's
 # own kernels through the timeline harness (examples/timeline, FP8, TP4 and TP8 at TLTOKENS, default
 # 8,16,20), whose "gate/up job 5+ done" max is the committed gate/up's end to set beside the probe.
-# Example (the diagnostics prepared after run 1): RUNS="0:0 1:0 2:0 0:1 0:0:3 0:1:3 0:0" TOKENS=1,8,16,20 TIMELINE=1
+# Example (the diagnostics prepared after run 1):
+#   RUNS="0:0 1:0 2:0 3:0 0:0:2:1 0:1 0:0:3 0:1:3:1 0:0" TOKENS=1,8,16,20 TIMELINE=1
 set -u
 OUT=${OUT:-/tmp/smallm_out}; mkdir -p "$OUT"
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
@@ -16,10 +18,10 @@ fi
 nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -Xptxas -v examples/wgmma/wgmma_gateup_probe.cu -o /tmp/wgp \
   > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 10; }
 for run in ${RUNS:-0:0}; do
-  IFS=: read -r mode pf depth <<< "$run"; depth=${depth:-2}
-  stamp "probe mode $mode prefetch $pf depth $depth"
-  log="$OUT/probe_m${mode}_p${pf}_d${depth}.log"; [ -e "$log" ] && log="$OUT/probe_m${mode}_p${pf}_d${depth}_again.log"
-  PROBE_MODE=$mode PROBE_PREFETCH=$pf PROBE_DEPTH=$depth timeout "${PROBE_TIMEOUT:-150}" /tmp/wgp "${TOKENS:-1,4,8,12,16,20}" > "$log" 2>&1
+  IFS=: read -r mode pf depth xp <<< "$run"; depth=${depth:-2}; xp=${xp:-0}
+  stamp "probe mode $mode prefetch $pf depth $depth xprep $xp"
+  log="$OUT/probe_m${mode}_p${pf}_d${depth}_x${xp}.log"; [ -e "$log" ] && log="${log%.log}_again.log"
+  PROBE_MODE=$mode PROBE_PREFETCH=$pf PROBE_DEPTH=$depth PROBE_XPREP=$xp timeout "${PROBE_TIMEOUT:-150}" /tmp/wgp "${TOKENS:-1,4,8,12,16,20}" > "$log" 2>&1
   echo "probe rc=$?" >> "$log"
 done
 if [ "${TIMELINE:-0}" = 1 ]; then

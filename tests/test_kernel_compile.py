@@ -337,6 +337,9 @@ def test_wgmma_probe_takes_weights_into_registers(tmp_path):
         # committed tensor-core gate/up converts every weight
         assert body.count("cvt.rn.f16x2.e4m3x2") == 8 and "mma.sync" not in body, name
         assert "cp.async.bulk.prefetch.L2.global" in body and "wgmma.wait_group.sync.aligned 0" in body, name
+        # x staged in the block (generic stores, fenced for wgmma's async reads) or bulk-copied (xprep)
+        assert "fence.proxy.async.shared::cta" in body and "cp.async.bulk.shared::cluster.global" in body, name
+    assert sorted(n for n in bodies if "x_prepare" in n) == [f"_Z9x_prepareILi{nt}EEv4Args" for nt in (1, 2, 3, 4, 5)]
     check = [b for n, b in bodies.items() if "fragment_check" in n]
     assert len(check) == 1 and re.search(r"m64n8k32\.f32\.e4m3\.e4m3\s*\{[^}]*\},\s*%rd\d+,\s*%rd\d+", check[0])
 
