@@ -253,8 +253,7 @@ __device__ __forceinline__ void mma_steps(float (&acc)[4 * NT], const L_& L, uin
   wg_hold(acc);
 }
 
-
-// The largest |x| of n bf16 values (a warp's work, every lane gets it).
+// The largest |x| of D bf16 values (a warp's work, every lane gets it).
 __device__ __forceinline__ float warp_absmax(const __nv_bfloat16* xrow, int D, int lane) {
   float m = 0.0f;
   const uint4* xr = reinterpret_cast<const uint4*>(xrow);
@@ -443,12 +442,12 @@ __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
       if (lane == 0) sh.xinv[t] = xinv;
     }
     __syncthreads();
-  const int units = 4 * NT * (a.D / 16);  // (token column pair t < 4 NT, 16 physical k)
-  for (int un = tid; un < units; un += kThreads) {
-    const int t = un / (a.D / 16);
-    put_x_unit<NT>(bx, a.x, a.D, a.T, t, 16 * (un % (a.D / 16)), t < a.T ? sh.xinv[t] : 1.0f);
-  }
-  fence_async_shared();
+    const int units = 4 * NT * (a.D / 16);  // (token column pair t < 4 NT, 16 physical k)
+    for (int un = tid; un < units; un += kThreads) {
+      const int t = un / (a.D / 16);
+      put_x_unit<NT>(bx, a.x, a.D, a.T, t, 16 * (un % (a.D / 16)), t < a.T ? sh.xinv[t] : 1.0f);
+    }
+    fence_async_shared();
   }
   __syncthreads();
 
