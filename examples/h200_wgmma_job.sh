@@ -21,7 +21,7 @@ for run in ${RUNS:-0:0}; do
   IFS=: read -r mode pf depth xp <<< "$run"; depth=${depth:-2}; xp=${xp:-0}
   stamp "probe mode $mode prefetch $pf depth $depth xprep $xp"
   log="$OUT/probe_m${mode}_p${pf}_d${depth}_x${xp}.log"; [ -e "$log" ] && log="${log%.log}_again.log"
-  PROBE_MODE=$mode PROBE_PREFETCH=$pf PROBE_DEPTH=$depth PROBE_XPREP=$xp timeout "${PROBE_TIMEOUT:-150}" /tmp/wgp "${TOKENS:-1,4,8,12,16,20}" > "$log" 2>&1
+  PROBE_MODE=$mode PROBE_PREFETCH=$pf PROBE_DEPTH=$depth PROBE_XPREP=$xp timeout "${PROBE_TIMEOUT:-60}" /tmp/wgp "${TOKENS:-1,4,8,12,16,20}" > "$log" 2>&1
   echo "probe rc=$?" >> "$log"
 done
 if [ "${TIMELINE:-0}" = 1 ]; then
