@@ -3,9 +3,9 @@
 # the A operand's registers): build it with nvcc for sm_90a (ptxas report in build.log), run it at
 # TOKENS (default 1,4,8,12,16,20) once per RUNS entry MODE:PREFETCH[:DEPTH[:XPREP]] (default "0:0", the
 # probe as described; its header explains PROBE_MODE, PROBE_PREFETCH, PROBE_DEPTH, PROBE_XPREP), and with
-# TIMELINE=1 the package's
-# own kernels through the timeline harness (examples/timeline, FP8, TP4 and TP8 at TLTOKENS, default
-# 8,16,20), whose "gate/up job 5+ done" max is the committed gate/up's end to set beside the probe.
+# TIMELINE=1 the package's own kernels through the timeline harness (examples/timeline, FP8, TP4 and TP8
+# at TLTOKENS, default 8,16,20), whose "gate/up job 5+ done" max is the committed gate/up's end to set
+# beside the probe. PROBE_TIMEOUT: seconds per probe run (default 60; a run takes ~10).
 # Example (the diagnostics prepared after run 1):
 #   RUNS="0:0 1:0 2:0 3:0 0:0:2:1 0:1 0:0:3 0:1:3:1 0:0" TOKENS=1,8,16,20 TIMELINE=1
 set -u

@@ -320,9 +320,9 @@ def test_grouped_probe_builds_with_its_two_designs(tmp_path):
 def test_wgmma_probe_takes_weights_into_registers(tmp_path):
     """examples/wgmma/wgmma_gateup_probe.cu (the FP8 gate/up on wgmma, recorded in examples/results
     "h200-wgmma") builds for sm_90a as its header says, with warnings as errors and without spills; each of
-    its ten gate/up kernels (8 to 40 columns, one or two jobs ahead) takes the weights as wgmma's A operand in registers, e4m3
-    as loaded (no conversion), x through a shared-memory descriptor, and has the L2 prefetch option; its
-    fragment check also runs the documented shared-memory form."""
+    its ten gate/up kernels (8 to 40 columns, one or two jobs ahead) takes the weights as wgmma's A operand
+    in registers, e4m3 as loaded (no conversion), x through a shared-memory descriptor, and has the L2
+    prefetch and x-prepared-once options; its fragment check also runs the documented shared-memory form."""
     bodies = _example_ptx(tmp_path, "wgmma/wgmma_gateup_probe.cu")
     gateups = {n: b for n, b in bodies.items() if "wg_gateup" in n}
     kinds = sorted(tuple(map(int, re.search(r"ILi(\d)ELi(\d)E", n).groups())) for n in gateups)
