@@ -1,9 +1,10 @@
 // wgmma_gateup_probe.cu: the FP8 gate/up on the H200's FP8 tensor cores (`wgmma`), a probe.
 //
-// Why: from 8 tokens the package's tensor-core gate/up is bound by instruction issue, not by memory
-// (README "Why not 1.25x"): `mma.sync` on sm_90 takes only f16, so every e4m3 weight is converted first.
-// At 17 tokens (Qwen3.5 TP4) its last block ends at ~105 us for ~310 MB of W13 (~65 us at the HBM's
-// rate; examples/results "h200-ab14" run 1). sm_90's FP8 tensor cores are reached through `wgmma` only,
+// Why: the README had the package's tensor-core gate/up bound by instruction issue from 8 tokens, not
+// by memory: `mma.sync` on sm_90 takes only f16, so every e4m3 weight is converted first. At 17 tokens
+// (Qwen3.5 TP4) its last block ends at ~105 us for ~310 MB of W13 (~65 us at the HBM's rate;
+// examples/results "h200-ab14" run 1). This probe tested that (run 1: as fast with 2.4-4x fewer
+// instructions per byte, so not issue). sm_90's FP8 tensor cores are reached through `wgmma` only,
 // whose A operand may sit in registers: here the weights go from global memory straight into A's
 // registers (no conversion, no shared memory), x is the B operand in shared memory, split exactly into
 // two e4m3 parts per value (hi = e4m3(x s), lo = e4m3(16 (x s - hi)), s a power of two per token that
