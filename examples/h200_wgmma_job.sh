@@ -34,4 +34,5 @@ if [ "${TIMELINE:-0}" = 1 ]; then
   grep -E "^== |event time|gate/up job 5\+ done" "$OUT/timeline.log"
 fi
 stamp done
-for f in "$OUT"/probe_*.log; do echo "== $(basename "$f" .log)"; grep -vE "^shape" "$f"; done
+for f in "$OUT"/probe_*.log; do echo "== $(basename "$f" .log)"; grep -E "^(device|fragment|ALL|SOME|probe rc)" "$f"; done
+python3 examples/wgmma/summarize.py "$OUT"/probe_*.log  # per (shape, T): each setting's gate/up us (x W13 floor)

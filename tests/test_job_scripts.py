@@ -1,4 +1,5 @@
-"""The H200 job scripts under examples/ parse, and the A/B job's summary reads the timeline log it writes."""
+"""The H200 job scripts under examples/ parse, the A/B job's summary reads the timeline log it writes, and the
+wgmma job's summary reads the probe logs."""
 import pathlib
 import subprocess
 import sys
@@ -78,3 +79,26 @@ print('KINDS', kinds)
     assert "RAISED sgl_kernel.moe_align_block_size called" in r.stdout
     assert "RAISED sgl_kernel.quantization.ggml_dequantize called" in r.stdout
     assert "<sgl_kernel stub sgl_kernel.scalar_type.scalar_types.uint4b8>" in r.stdout
+
+
+def test_wgmma_summary_puts_settings_side_by_side(tmp_path):
+    """examples/wgmma/summarize.py: one column per probe log, named by its setting; a row per (shape, T) with
+    the gate/up time and its floor ratio; a row a log lacks is "-"; a failed check is marked."""
+    run1 = (ROOT / "examples" / "results" / "h200-wgmma" / "run1" / "probe.log").read_text()
+    (tmp_path / "probe_m0_p0_d2_x0.log").write_text(run1)
+    (tmp_path / "probe_m1_p0_d2_x0.log").write_text(
+        "shape   T    U  gateup_us    sum_us  floor_us  x_floor   W13_MB    rel_err\n"
+        "TP4     8   85       41.0       2.2      39.6    1.04x    173.8   9.99e+08\n")
+    (tmp_path / "probe_m0_p1_d3_x1.log").write_text(
+        "TP8    20  177       50.1       2.5      42.8    1.17x    189.9   2.00e+09  FAIL\n")
+    logs = sorted(tmp_path.glob("probe_*.log"))
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "wgmma" / "summarize.py"), *map(str, logs)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "as run 1" in lines[0] and "pf 2 ahead xprep" in lines[0] and "mode 1" in lines[0]
+    rows = {tuple(line.split()[:2]): line for line in lines[1:] if line.startswith("TP")}
+    assert len(rows) == 8  # run 1's counts; the other logs add none
+    assert "55.0 (1.39x)" in rows[("TP4", "8")] and "41.0 (1.04x)" in rows[("TP4", "8")]
+    assert "50.1 (1.17x)!" in rows[("TP8", "20")] and rows[("TP4", "1")].count("-") == 2
+    assert lines[-1].startswith("!:")
