@@ -466,34 +466,31 @@ __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
       if (x == 0x2545f491u && L.sg[0] == 1.2345f) a.part[0] = 0.0f;
       return;
     }
-    if (a.mode == 2) {  // all 16 k-steps in one wgmma group: one wait per job instead of four
+    float tot[4 * NT];
+    if (a.mode == 2) {  // all k-steps in one wgmma group, one wait per job: the first block's scales for all
       float acc[4 * NT];
       mma_steps<NT, 4 * kSlice / 128>(acc, L, desc_hi, lo_job, 0);
-      const int i = 32 * c + 8 * w + g;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const int t = 4 * j + q;
-        if (t < a.T && sh.slot[u * a.T + t] >= 0) {
-          float* dst = a.part + ((size_t)s * P + t * a.K + sh.slot[u * a.T + t]) * 2 * a.I;
-          dst[i] = (acc[4 * j] + 0.0625f * acc[4 * j + 1]) * L.sg[0];
-          dst[a.I + i] = (acc[4 * j + 2] + 0.0625f * acc[4 * j + 3]) * L.su[0];
-        }
+        tot[4 * j] = acc[4 * j] * L.sg[0];
+        tot[4 * j + 1] = acc[4 * j + 1] * L.sg[0];
+        tot[4 * j + 2] = acc[4 * j + 2] * L.su[0];
+        tot[4 * j + 3] = acc[4 * j + 3] * L.su[0];
       }
-      return;
-    }
-    float tot[4 * NT];
+    } else {
 #pragma unroll
-    for (int i = 0; i < 4 * NT; ++i) tot[i] = 0.0f;
+      for (int i = 0; i < 4 * NT; ++i) tot[i] = 0.0f;
 #pragma unroll
-    for (int b = 0; b < kSlice / 128; ++b) {  // one 128-wide K block: its two scales
-      float acc[4 * NT];
-      mma_steps<NT, 4>(acc, L, desc_hi, lo_job, 4 * b);
+      for (int b = 0; b < kSlice / 128; ++b) {  // one 128-wide K block: its two scales
+        float acc[4 * NT];
+        mma_steps<NT, 4>(acc, L, desc_hi, lo_job, 4 * b);
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        tot[4 * j] = fmaf(acc[4 * j], L.sg[b], tot[4 * j]);
-        tot[4 * j + 1] = fmaf(acc[4 * j + 1], L.sg[b], tot[4 * j + 1]);
-        tot[4 * j + 2] = fmaf(acc[4 * j + 2], L.su[b], tot[4 * j + 2]);
-        tot[4 * j + 3] = fmaf(acc[4 * j + 3], L.su[b], tot[4 * j + 3]);
+        for (int j = 0; j < NT; ++j) {
+          tot[4 * j] = fmaf(acc[4 * j], L.sg[b], tot[4 * j]);
+          tot[4 * j + 1] = fmaf(acc[4 * j + 1], L.sg[b], tot[4 * j + 1]);
+          tot[4 * j + 2] = fmaf(acc[4 * j + 2], L.su[b], tot[4 * j + 2]);
+          tot[4 * j + 3] = fmaf(acc[4 * j + 3], L.su[b], tot[4 * j + 3]);
+        }
       }
     }
     // columns 2t (hi) and 2t + 1 (lo) of token t = 4 j + q; rows g (gate) and g + 8 (up)
