@@ -18,10 +18,12 @@ fi
 nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -Xptxas -v examples/wgmma/wgmma_gateup_probe.cu -o /tmp/wgp \
   > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 10; }
 for run in ${RUNS:-0:0}; do
-  IFS=: read -r mode pf depth xp <<< "$run"; depth=${depth:-2}; xp=${xp:-0}
-  stamp "probe mode $mode prefetch $pf depth $depth xprep $xp"
-  log="$OUT/probe_m${mode}_p${pf}_d${depth}_x${xp}.log"; [ -e "$log" ] && log="${log%.log}_again.log"
-  PROBE_MODE=$mode PROBE_PREFETCH=$pf PROBE_DEPTH=$depth PROBE_XPREP=$xp timeout "${PROBE_TIMEOUT:-60}" /tmp/wgp "${TOKENS:-1,4,8,12,16,20}" > "$log" 2>&1
+  IFS=: read -r mode pf depth xp xs sh <<< "$run"; depth=${depth:-2}; xp=${xp:-0}; xs=${xs:-0}; sh=${sh:-0}
+  stamp "probe mode $mode prefetch $pf depth $depth xprep $xp xsub $xs shuffle $sh"
+  log="$OUT/probe_m${mode}_p${pf}_d${depth}_x${xp}.log"; [ "$xs" = 1 ] && log="${log%.log}_s1.log"
+  [ "$sh" = 1 ] && log="${log%.log}_w1.log"
+  [ -e "$log" ] && log="${log%.log}_again.log"
+  PROBE_MODE=$mode PROBE_PREFETCH=$pf PROBE_DEPTH=$depth PROBE_XPREP=$xp PROBE_XSUB=$xs PROBE_SHUFFLE=$sh timeout "${PROBE_TIMEOUT:-60}" /tmp/wgp "${TOKENS:-1,4,8,12,16,20}" > "$log" 2>&1
   echo "probe rc=$?" >> "$log"
 done
 if [ "${TIMELINE:-0}" = 1 ]; then

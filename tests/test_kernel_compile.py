@@ -322,7 +322,7 @@ def test_wgmma_probe_takes_weights_into_registers(tmp_path):
     "h200-wgmma") builds for sm_90a as its header says, with warnings as errors and without spills; each of
     its ten gate/up kernels (8 to 40 columns, one or two jobs ahead) takes the weights as wgmma's A operand
     in registers, e4m3 as loaded (no conversion), x through a shared-memory descriptor, and has the L2
-    prefetch and x-prepared-once options; its fragment check also runs the documented shared-memory form."""
+    prefetch, x-prepared-once and x-slice-per-warpgroup options; its fragment check also runs the documented shared-memory form."""
     bodies = _example_ptx(tmp_path, "wgmma/wgmma_gateup_probe.cu")
     gateups = {n: b for n, b in bodies.items() if "wg_gateup" in n}
     kinds = sorted(tuple(map(int, re.search(r"ILi(\d)ELi(\d)E", n).groups())) for n in gateups)
@@ -333,12 +333,15 @@ def test_wgmma_probe_takes_weights_into_registers(tmp_path):
         a_reg = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{8 * nt}k32\.f32\.e4m3\.e4m3\s*\{{[^}}]*\}},\s*"
                            r"\{%r\d+, %r\d+, %r\d+, %r\d+\},\s*%rd\d+", body)
         assert a_reg, name
-        # e4m3 -> f16 only where x's hi part is read back for its lo part (8 in the staging loop); the
-        # committed tensor-core gate/up converts every weight
-        assert body.count("cvt.rn.f16x2.e4m3x2") == 8 and "mma.sync" not in body, name
+        # e4m3 -> f16 only where x's hi part is read back for its lo part (8 in each of the two staging
+        # loops: the block's, all of K, and PROBE_XSUB's, the warpgroup's slice); the committed
+        # tensor-core gate/up converts every weight
+        assert body.count("cvt.rn.f16x2.e4m3x2") == 16 and "mma.sync" not in body, name
         assert "cp.async.bulk.prefetch.L2.global" in body and "wgmma.wait_group.sync.aligned 0" in body, name
         # x staged in the block (generic stores, fenced for wgmma's async reads) or bulk-copied (xprep)
         assert "fence.proxy.async.shared::cta" in body and "cp.async.bulk.shared::cluster.global" in body, name
+        # PROBE_XSUB: each warpgroup waits only for its own x slice (a named 128-thread barrier)
+        assert re.search(r"bar\.sync\s+%r\d+, 128;", body), name
     assert sorted(n for n in bodies if "x_prepare" in n) == [f"_Z9x_prepareILi{nt}EEv4Args" for nt in (1, 2, 3, 4, 5)]
     check = [b for n, b in bodies.items() if "fragment_check" in n]
     assert len(check) == 1 and re.search(r"m64n8k32\.f32\.e4m3\.e4m3\s*\{[^}]*\},\s*%rd\d+,\s*%rd\d+", check[0])

@@ -37,13 +37,17 @@
 // adds to each round trip: ~(latency + compute) / 2 per job with one ahead, / 3 with two).
 // PROBE_XPREP=1: x split and laid out once by a small kernel before the gate/up (x_prepare), each block
 // bulk-copying the bytes (`cp.async.bulk`, 32 KB pieces) instead of computing them itself.
+// PROBE_XSUB=1: each warpgroup stages only its own K slice of x (its jobs all lie in one slice when the
+// grid's warpgroups are a multiple of the slices: 132 blocks at depth 2, 128 at depth 3), each token's
+// scale taken over that slice. PROBE_SHUFFLE=1: W13 in AITER's (16, 16) shuffled layout (w13_offset;
+// the random weights are read as shuffled by the kernel and the reference alike).
 // PROBE_MODE (timing diagnostics, h wrong): 1 no MMA (the loads alone, each job's registers consumed),
 // 2 one wgmma group and one wait per job instead of one per 128-wide K block, 3 no x staging at all.
 // Build: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 examples/wgmma/wgmma_gateup_probe.cu -o wgp
 // Results: examples/results "h200-wgmma" (run 1, 2026-12-02: correct, 3.5-3.8e-4; level with the
-// committed gate/up, 1.39-1.72x of the W13 floor at 8-20 tokens). PROBE_PREFETCH, PROBE_DEPTH,
-// PROBE_XPREP and PROBE_MODE came after that run and have not run yet, nor has the proxy fence after x's
-// staging (fence.proxy.async: generic stores read by wgmma; run 1 had none and was correct).
+// committed gate/up, 1.39-1.72x of the W13 floor at 8-20 tokens) and "h200-wgmma runs 2-5" (the same
+// day: x staging per warpgroup slice 6-14 % faster, TP4 1.31-1.45x at 4-20 tokens; the shuffled layout's
+// loads alone stream at 1.13-1.16x at 8-20 tokens, with the MMAs no faster than row-major).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -84,7 +88,19 @@ struct Args {
   int xprep;               // 1: x_prepare writes B's bytes (xb) and 1 / s (xinv) once, blocks bulk-copy them
   uint8_t* xb;             // [D * 8 NT] (xprep)
   float* xinv;             // [T] (xprep)
+  int shuffle;             // 1: W13 in AITER's (16, 16) shuffled layout (w13_offset), 0 row-major
+  int xsub;                // 1: each warpgroup stages only its own K slice of x, with its own per-token scales
+                           // (a warpgroup's jobs all share one slice when the grid's warpgroups are a multiple
+                           // of the slices: the host checks)
 };
+
+// Byte offset of weight (row R of all experts' [E 2I] rows, k) in W13: row-major, or AITER's (16, 16)
+// shuffle for e4m3 (16 rows x 32 k tiles of 512 bytes, rows' tiles along k in order; inside a tile the
+// first 16 k of its 16 rows, then the second 16, 16 bytes per row).
+__host__ __device__ __forceinline__ size_t w13_offset(size_t R, int k, int D, int shuffle) {
+  if (!shuffle) return R * D + k;
+  return ((R / 16) * (D / 32) + k / 32) * 512 + ((k % 32) / 16) * 256 + (R % 16) * 16 + k % 16;
+}
 
 // ------------------------------------------------------------------ wgmma helpers
 __device__ __forceinline__ uint32_t saddr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -216,6 +232,7 @@ __global__ void fragment_check(const uint8_t* A, const uint8_t* B, float* d_reg,
 struct Shared {
   unsigned long long xbar;   // xprep: the bulk copy of x's B bytes
   float xinv[kMaxT];         // 1 / s of each token
+  float xinv_wg[kWG][kMaxT];  // xsub: 1 / s of each token over the warpgroup's K slice
   int nu;                    // distinct experts
   int ids[kMaxPairs];
   int first[kMaxE];          // first pair of each expert, then (for first pairs) its distinct index
@@ -390,12 +407,16 @@ __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
   auto issue = [&](int job, Loads& L) {
     const int u = job >> (a.log_c + a.log_s), c = (job >> a.log_s) & (C - 1), s = job & (S - 1), e = sh.uni[u];
     const int rg = 32 * c + 8 * w + g;  // gate row; its up row is I + rg
-    const uint8_t* pg = a.w13 + ((size_t)e * 2 * a.I + rg) * a.D + (size_t)s * kSlice + 16 * q;
+    // a piece p (64 k from s kSlice + 64 p) of a row: 64 bytes apart row-major, two 512-byte tiles shuffled
+    // (the up row is I rows on: I / 16 whole 16-row groups when shuffled)
+    const size_t R = (size_t)e * 2 * a.I + rg;
+    const uint8_t* pg = a.w13 + w13_offset(R, s * kSlice + 16 * q, a.D, a.shuffle);
     const uint8_t* pu = pg + (size_t)a.I * a.D;
+    const int pstep = a.shuffle ? 1024 : 64;
 #pragma unroll
     for (int p = 0; p < kPieces; ++p) {
-      L.v[2 * p] = ld_stream(pg + 64 * p);
-      L.v[2 * p + 1] = ld_stream(pu + 64 * p);
+      L.v[2 * p] = ld_stream(pg + pstep * p);
+      L.v[2 * p + 1] = ld_stream(pu + pstep * p);
     }
     const float* sc = a.s13 + ((size_t)e * (2 * a.I / 128) + rg / 128) * (a.D / 128) + s * (kSlice / 128);
     const float* scu = sc + (size_t)(a.I / 128) * (a.D / 128);
@@ -423,6 +444,20 @@ __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
   // x: per-token power-of-two scale, then hi/lo e4m3 into B's layout (columns >= 2T zero): by this
   // block, or (xprep) by x_prepare once for all blocks, bulk-copied here
   if (a.mode == 3) {  // timing only: B and the scales left as they are
+  } else if (a.xsub) {  // the warpgroup's slice only: its tokens' scales over the slice, then their B bytes
+    const int s = (blockIdx.x * kWG + tid / 128) & (S - 1), wt = tid % 128;
+    for (int t = (wt / 32); t < a.T; t += 4) {
+      const float xinv = xinv_of(warp_absmax(a.x + (size_t)t * a.D + (size_t)s * kSlice, kSlice, lane));
+      if (lane == 0) sh.xinv_wg[tid / 128][t] = xinv;
+    }
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + tid / 128) : "memory");  // this warpgroup's scales written
+    const int units = 4 * NT * (kSlice / 16);  // (token column pair t < 4 NT, 16 physical k of the slice)
+    for (int un = wt; un < units; un += 128) {
+      const int t = un / (kSlice / 16);
+      put_x_unit<NT>(bx, a.x, a.D, a.T, t, s * kSlice + 16 * (un % (kSlice / 16)),
+                     t < a.T ? sh.xinv_wg[tid / 128][t] : 1.0f);
+    }
+    fence_async_shared();
   } else if (a.xprep) {
     const uint32_t bar = saddr(&sh.xbar), bytes = (uint32_t)a.D * 8 * NT;
     if (tid == 0) {
@@ -501,7 +536,7 @@ __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
       if (t < a.T) {
         const int sl = sh.slot[u * a.T + t];
         if (sl >= 0) {
-          const float xi = sh.xinv[t];
+          const float xi = a.xsub ? sh.xinv_wg[wg][t] : sh.xinv[t];
           float* dst = a.part + ((size_t)s * P + t * a.K + sl) * 2 * a.I;
           dst[i] = (tot[4 * j] + 0.0625f * tot[4 * j + 1]) * xi;
           dst[a.I + i] = (tot[4 * j + 2] + 0.0625f * tot[4 * j + 3]) * xi;
@@ -561,9 +596,9 @@ __global__ void reference_h(Args a, float* h) {  // one thread per (pair, i), fp
   for (int k = 0; k < a.D; ++k) {
     const double xv = __bfloat162float(a.x[(size_t)t * a.D + k]);
     const int rg = j, ru = a.I + j;
-    gs += xv * e4m3_value(a.w13[((size_t)e * 2 * a.I + rg) * a.D + k]) *
+    gs += xv * e4m3_value(a.w13[w13_offset((size_t)e * 2 * a.I + rg, k, a.D, a.shuffle)]) *
           a.s13[((size_t)e * (2 * a.I / 128) + rg / 128) * (a.D / 128) + k / 128];
-    us += xv * e4m3_value(a.w13[((size_t)e * 2 * a.I + ru) * a.D + k]) *
+    us += xv * e4m3_value(a.w13[w13_offset((size_t)e * 2 * a.I + ru, k, a.D, a.shuffle)]) *
           a.s13[((size_t)e * (2 * a.I / 128) + ru / 128) * (a.D / 128) + k / 128];
   }
   h[i] = (float)(gs / (1.0 + exp(-gs)) * us);
@@ -703,7 +738,20 @@ int main(int argc, char** argv) {
   const int depth = getenv("PROBE_DEPTH") && atoi(getenv("PROBE_DEPTH")) == 3 ? 3 : 2;  // jobs in registers at once
   const int slice = slice_of(depth);
   const int xprep = getenv("PROBE_XPREP") ? atoi(getenv("PROBE_XPREP")) : 0;  // x prepared once, bulk-copied
-  printf("device %s, %d SMs; gate/up grid %d x %d threads, jobs of 64 rows x %d K, %d in registers, L2 prefetch %d, x prepared once %d, mode %d%s\n", prop.name, SM, SM, kThreads, slice, depth, pf, xprep, mode,
+  const int xsub = getenv("PROBE_XSUB") ? atoi(getenv("PROBE_XSUB")) : 0;  // each warpgroup its own slice of x
+  const int shuffle = getenv("PROBE_SHUFFLE") ? atoi(getenv("PROBE_SHUFFLE")) : 0;  // AITER-shuffled W13
+  if (shuffle && pf) {
+    printf("PROBE_SHUFFLE=1 takes no PROBE_PREFETCH (its prefetches address row-major rows)\n");
+    return 2;
+  }
+  if (xsub && xprep) {
+    printf("PROBE_XSUB=1 needs PROBE_XPREP=0\n");
+    return 2;
+  }
+  // xsub: the grid's warpgroups a multiple of the slices, so that each warpgroup's jobs share one slice
+  // (132 SMs: all of them at depth 2, 8 slices; 128 at depth 3, 16 slices)
+  const int grid = xsub ? (SM * kWG / (D / slice)) * (D / slice) / kWG : SM;
+  printf("device %s, %d SMs; gate/up grid %d x %d threads, jobs of 64 rows x %d K, %d in registers, L2 prefetch %d, x prepared once %d, x slice per warpgroup %d, W13 %s, mode %d%s\n", prop.name, SM, grid, kThreads, slice, depth, pf, xprep, xsub, shuffle ? "shuffled (16, 16)" : "row-major", mode,
          mode ? " (timing only: rel_err not meaningful)" : "");
   const bool frag_ok = check_fragments();
   const size_t smem_max = ((sizeof(Shared) + 127) / 128) * 128 + (size_t)D * 8 * kMaxNT;
@@ -774,10 +822,10 @@ int main(int argc, char** argv) {
         CK(cudaMalloc(&d_xb, (size_t)D * 8 * kMaxNT));
         CK(cudaMalloc(&d_xinv, kMaxT * 4));
         a = Args{cp[c].w13, cp[c].s13, d_x, d_ids, d_part, d_h, T, K, E, D, I, ilog2(D / slice), ilog2(I / 32), pf, mode,
-                 xprep, d_xb, d_xinv};
+                 xprep, d_xb, d_xinv, shuffle, xsub};
       }
       auto call = [&](int c) {
-        launch_gateup(args[c], SM, st, depth);
+        launch_gateup(args[c], grid, st, depth);
         slice_sum<<<(P * I + 255) / 256, 256, 0, st>>>(args[c]);
       };
       // correctness: h poisoned, two calls equal bit for bit, against fp64
@@ -813,7 +861,7 @@ int main(int argc, char** argv) {
       }
       auto time_graph = [&](auto body) { return graph_us_per_call(st, copies, body); };
       const float gu = time_graph([&] {
-        for (int c = 0; c < copies; ++c) launch_gateup(args[c], SM, st, depth);
+        for (int c = 0; c < copies; ++c) launch_gateup(args[c], grid, st, depth);
       });
       const float both = time_graph([&] {
         for (int c = 0; c < copies; ++c) call(c);
