@@ -229,8 +229,11 @@ __global__ void fragment_check(const uint8_t* A, const uint8_t* B, float* d_reg,
 // kc * NB (LBO = NB = NT * 128), column group n / 8 at (n / 8) * 128 (SBO = 128), row n % 8 at 16 (n % 8).
 // Logical k (kc, j) of step st = 2 p + tt is physical k 64 p + 16 (j / 4) + 8 tt + 4 kc + j % 4: the
 // 16 bytes thread q loads of a row at 64 p + 16 q hold A's (kc 0, kc 1) words of step 2p and of 2p + 1.
+constexpr int kMaxStages = 3;          // ring kernel: shared-memory stages per warpgroup
 struct Shared {
   unsigned long long xbar;   // xprep: the bulk copy of x's B bytes
+  unsigned long long full[kWG][kMaxStages];  // ring: a stage's weights and scales arrived
+  alignas(16) float rscale[kWG][kMaxStages][8];  // ring: a stage's job's gate (0..3) and up (4..7) block scales
   float xinv[kMaxT];         // 1 / s of each token
   float xinv_wg[kWG][kMaxT];  // xsub: 1 / s of each token over the warpgroup's K slice
   int nu;                    // distinct experts
@@ -356,17 +359,10 @@ __global__ void __launch_bounds__(kThreads) x_prepare(Args a) {
   for (int v = threadIdx.x; v < a.D / 16; v += kThreads) put_x_unit<NT>(a.xb, a.x, a.D, a.T, t, 16 * v, xinv);
 }
 
-template <int NT, int kDepth>
-__global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
-  constexpr int kSlice = slice_of(kDepth), kPieces = kSlice / 64;
-  using Loads = ::Loads<kSlice>;
-  extern __shared__ __align__(128) uint8_t smem[];
-  Shared& sh = *reinterpret_cast<Shared*>(smem);
-  uint8_t* bx = smem + ((sizeof(Shared) + 127) / 128) * 128;
-  const int tid = threadIdx.x, P = a.T * a.K, S = 1 << a.log_s, C = a.I / 32;
-  constexpr int NB = NT * 128;  // B's LBO: the bytes of one 16-wide K group over all columns
-
-  // routing: distinct experts in first-occurrence order, each pair's slot per (expert, token)
+// Every block: the distinct experts of the call in first-occurrence order (sh.uni, sh.nu) and each
+// pair's slot per (distinct expert, token) (sh.slot, -1 where the token is not routed there).
+__device__ __forceinline__ void route_pairs(const Args& a, Shared& sh) {
+  const int tid = threadIdx.x, P = a.T * a.K;
   for (int e = tid; e < a.E; e += kThreads) sh.first[e] = INT_MAX;
   for (int p = tid; p < P; p += kThreads) sh.ids[p] = a.ids[p];
   for (int i = tid; i < kMaxPairs * kMaxT / 4; i += kThreads) reinterpret_cast<int*>(sh.slot)[i] = -1;
@@ -401,7 +397,20 @@ __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
   __syncthreads();
   for (int p = tid; p < P; p += kThreads) sh.slot[sh.first[sh.ids[p]] * a.T + p / a.K] = (signed char)(p % a.K);
   __syncthreads();
+}
 
+template <int NT, int kDepth>
+__global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
+  constexpr int kSlice = slice_of(kDepth), kPieces = kSlice / 64;
+  using Loads = ::Loads<kSlice>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  Shared& sh = *reinterpret_cast<Shared*>(smem);
+  uint8_t* bx = smem + ((sizeof(Shared) + 127) / 128) * 128;
+  const int tid = threadIdx.x, P = a.T * a.K, S = 1 << a.log_s, C = a.I / 32;
+  constexpr int NB = NT * 128;  // B's LBO: the bytes of one 16-wide K group over all columns
+
+  route_pairs(a, sh);
+  const int lane = tid % 32, warp = tid / 32;
   const int wg = tid / 128, w = warp % 4, g = lane / 4, q = lane % 4;
   const int G = gridDim.x * kWG, njobs = sh.nu * C * S;
   auto issue = [&](int job, Loads& L) {
@@ -570,6 +579,162 @@ __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
   }
 }
 
+// ------------------------------------------------------------------ the gate/up from a shared-memory ring
+// PROBE_RING=1 (needs PROBE_SHUFFLE=1): the weights by bulk copies (cp.async.bulk, no tensor map) into
+// kStages shared-memory stages per warpgroup, several jobs in flight whatever the MMAs are doing. The
+// roles of run 1's operands swap: the weights are B (N = 16 rows per wgmma, from shared memory) and x is
+// A (M = 64 rows, in registers for the whole kernel): a shuffled 16-row group's 512-byte k-tile is four
+// no-swizzle core matrices (8 rows x 16 k: rows' halves 128 bytes apart = SBO, k halves 256 apart =
+// LBO), so an 8 KB bulk copy of a group's 16 tiles (512 K) is 16 wgmma B operands as it lands. A's rows:
+// warp w's row g the hi part of token 8 w + g, row g + 8 its lo part (zeros from token T on: M = 64 holds
+// 24 tokens, T <= 20 here), each token scaled over the warpgroup's K slice (xsub's scheme; the grid's
+// warpgroups a multiple of the slices, so one slice per warpgroup). A job: 32 gate rows and their 32 up
+// rows (four 8 KB copies) x one 512 K slice, and its eight block scales (two 16-byte copies), on the
+// stage's barrier. Per 128-wide K block: 4 groups x 4 k-steps of m64n16k32 into four fresh accumulators,
+// one wait, the block scales in fp32. Partial sums per slice as wg_gateup (the same slice_sum).
+template <int kStages>
+__global__ void __launch_bounds__(kThreads, 1) ring_gateup(Args a) {
+  constexpr int kSlice = 512, kJob = 32768;  // bytes of a job's weights
+  extern __shared__ __align__(128) uint8_t smem[];
+  Shared& sh = *reinterpret_cast<Shared*>(smem);
+  const int tid = threadIdx.x, wg = tid / 128, wt = tid % 128, lane = tid % 32, w = wt / 32, g = lane / 4, q = lane % 4;
+  uint8_t* ring = smem + ((sizeof(Shared) + 1023) / 1024) * 1024 + (size_t)wg * kStages * kJob;
+  if (wt == 0) {
+    for (int i = 0; i < kStages; ++i)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(saddr(&sh.full[wg][i])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  route_pairs(a, sh);  // ends with a block barrier: the stage barriers are initialised for everyone
+  const int P = a.T * a.K, S = 1 << a.log_s, C = a.I / 32, G = gridDim.x * kWG, njobs = sh.nu * C * S;
+  const int job0 = blockIdx.x * kWG + wg, s = job0 & (S - 1);
+  // the n-th job of this warpgroup into stage n % kStages (one thread)
+  auto issue = [&](int n) {
+    const int job = job0 + n * G;
+    if (job >= njobs) return;
+    const int u = job >> (a.log_c + a.log_s), c = (job >> a.log_s) & (C - 1), e = sh.uni[u], st = n % kStages;
+    const uint32_t bar = saddr(&sh.full[wg][st]);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(kJob + 32) : "memory");
+    const size_t R = (size_t)e * 2 * a.I + 32 * c;  // the job's first gate row; a multiple of 32
+    for (int grp = 0; grp < 4; ++grp) {  // gate rows R, R + 16, up rows R + I, R + I + 16: 16 k-tiles each
+      const size_t r = R + (grp & 1) * 16 + (grp >> 1) * a.I;
+      const uint8_t* src = a.w13 + w13_offset(r, s * kSlice, a.D, 1);
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                   ::"r"(saddr(ring + st * kJob + grp * 8192)), "l"(src), "r"(8192), "r"(bar) : "memory");
+    }
+    const float* sg = a.s13 + ((size_t)e * (2 * a.I / 128) + (32 * c) / 128) * (a.D / 128) + s * (kSlice / 128);
+    const float* su = sg + (size_t)(a.I / 128) * (a.D / 128);
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 16, [%2];\n"
+                 ::"r"(saddr(&sh.rscale[wg][st][0])), "l"(sg), "r"(bar) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 16, [%2];\n"
+                 ::"r"(saddr(&sh.rscale[wg][st][4])), "l"(su), "r"(bar) : "memory");
+  };
+  if (wt == 0)
+    for (int n = 0; n < kStages; ++n) issue(n);
+
+  // x as A for the whole kernel: token t = 8 w + g, k-step j's registers (hi k 4q.., lo k 4q.., hi k
+  // 16 + 4q.., lo k 16 + 4q..) of the slice; the token's scale over the slice from its four lanes q
+  const int t = 8 * w + g;
+  uint32_t xa[kSlice / 32][4];
+  float xinv = 1.0f;
+  {
+    const __nv_bfloat16* xr = a.x + (size_t)(t < a.T ? t : 0) * a.D + s * kSlice + 4 * q;
+    float m = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kSlice / 32; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint2 v = *reinterpret_cast<const uint2*>(xr + 32 * j + 16 * h);
+        const uint32_t ww[2] = {v.x, v.y};
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          m = fmaxf(m, fmaxf(fabsf(__uint_as_float(ww[i] << 16)), fabsf(__uint_as_float(ww[i] & 0xffff0000u))));
+      }
+    m = fmaxf(m, __shfl_xor_sync(~0u, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(~0u, m, 2));
+    xinv = xinv_of(m);
+    const float sc = t < a.T ? 1.0f / xinv : 0.0f;  // tokens from T on: zeros
+#pragma unroll
+    for (int j = 0; j < kSlice / 32; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint2 v = *reinterpret_cast<const uint2*>(xr + 32 * j + 16 * h);
+        const float xv[4] = {__uint_as_float(v.x << 16) * sc, __uint_as_float(v.x & 0xffff0000u) * sc,
+                             __uint_as_float(v.y << 16) * sc, __uint_as_float(v.y & 0xffff0000u) * sc};
+        uint32_t hi = 0, lo = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i += 2) {
+          const __nv_fp8x2_storage_t h2 = __nv_cvt_float2_to_fp8x2(make_float2(xv[i], xv[i + 1]), __NV_SATFINITE, __NV_E4M3);
+          const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(h2, __NV_E4M3);
+          const float2 hf = __half22float2(*reinterpret_cast<const __half2*>(&hr));
+          const __nv_fp8x2_storage_t l2 = __nv_cvt_float2_to_fp8x2(
+              make_float2(16.0f * (xv[i] - hf.x), 16.0f * (xv[i + 1] - hf.y)), __NV_SATFINITE, __NV_E4M3);
+          hi |= (uint32_t)h2 << (8 * i);
+          lo |= (uint32_t)l2 << (8 * i);
+        }
+        xa[j][2 * h] = hi;
+        xa[j][2 * h + 1] = lo;
+      }
+  }
+
+  for (int n = 0;; ++n) {
+    const int job = job0 + n * G;
+    if (job >= njobs) break;
+    const int st = n % kStages, u = job >> (a.log_c + a.log_s), c = (job >> a.log_s) & (C - 1);
+    while (!mbar_done(saddr(&sh.full[wg][st]), (n / kStages) & 1)) {
+    }
+    float tot[4][8];
+    if (a.mode != 1) {
+      const uint32_t base = saddr(ring + st * kJob);
+#pragma unroll
+      for (int grp = 0; grp < 4; ++grp)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) tot[grp][i] = 0.0f;
+#pragma unroll
+      for (int kb = 0; kb < kSlice / 128; ++kb) {
+        float acc[4][8];
+        wg_fence();
+#pragma unroll
+        for (int grp = 0; grp < 4; ++grp)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const uint64_t desc = smem_desc(base + grp * 8192 + (4 * kb + k) * 512, 256, 128);
+            if (k == 0) {
+              wgmma_e4m3<2, false>(acc[grp], xa[4 * kb + k], desc);
+            } else {
+              wgmma_e4m3<2, true>(acc[grp], xa[4 * kb + k], desc);
+            }
+          }
+        wg_commit();
+        wg_wait0();
+#pragma unroll
+        for (int grp = 0; grp < 4; ++grp) wg_hold(acc[grp]);
+        const float sg = sh.rscale[wg][st][kb], su = sh.rscale[wg][st][4 + kb];
+#pragma unroll
+        for (int grp = 0; grp < 4; ++grp)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) tot[grp][i] = fmaf(acc[grp][i], grp < 2 ? sg : su, tot[grp][i]);
+      }
+    }
+    // every warp of the warpgroup done with the stage (its MMAs waited for, its scales read): refill it
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+    if (wt == 0) issue(n + kStages);
+    const int sl = a.mode != 1 && t < a.T ? sh.slot[u * a.T + t] : -1;
+    if (sl >= 0) {  // (no early continue: the warps stay converged for the next job's wgmmas)
+      float* dst = a.part + ((size_t)s * P + t * a.K + sl) * 2 * a.I;
+#pragma unroll
+      for (int grp = 0; grp < 4; ++grp) {  // columns 8 j + 2 q (+1) of the group's 16 rows: row g hi, g + 8 lo
+        const int row = (grp >> 1) * a.I + 32 * c + 16 * (grp & 1);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float2 v = make_float2((tot[grp][4 * j] + 0.0625f * tot[grp][4 * j + 2]) * xinv,
+                                       (tot[grp][4 * j + 1] + 0.0625f * tot[grp][4 * j + 3]) * xinv);
+          *reinterpret_cast<float2*>(dst + row + 8 * j + 2 * q) = v;
+        }
+      }
+    }
+  }
+}
+
 __global__ void slice_sum(Args a) {  // h = silu(sum of the slices' gate) * (sum of their up), slices in order
   const int i = blockIdx.x * blockDim.x + threadIdx.x, P = a.T * a.K, S = 1 << a.log_s;
   if (i >= P * a.I) return;
@@ -644,7 +809,17 @@ void launch_nt(const Args& a, int grid, size_t smem, cudaStream_t st, int depth)
     wg_gateup<NT, 2><<<grid, kThreads, smem, st>>>(a);
   }
 }
+int g_ring_stages = 0;  // PROBE_RING=1: ring_gateup with this many stages per warpgroup (PROBE_STAGES, 2 or 3)
+size_t ring_smem(int stages) { return ((sizeof(Shared) + 1023) / 1024) * 1024 + (size_t)kWG * stages * 32768; }
 void launch_gateup(const Args& a, int grid, cudaStream_t st, int depth) {
+  if (g_ring_stages == 2) {
+    ring_gateup<2><<<grid, kThreads, ring_smem(2), st>>>(a);
+    return;
+  }
+  if (g_ring_stages == 3) {
+    ring_gateup<3><<<grid, kThreads, ring_smem(3), st>>>(a);
+    return;
+  }
   const int nt = (a.T + 3) / 4;
   if (a.xprep) {
     switch (nt) {
@@ -744,20 +919,29 @@ int main(int argc, char** argv) {
     printf("PROBE_SHUFFLE=1 takes no PROBE_PREFETCH (its prefetches address row-major rows)\n");
     return 2;
   }
+  if (getenv("PROBE_RING") && atoi(getenv("PROBE_RING")) == 1) {
+    g_ring_stages = getenv("PROBE_STAGES") && atoi(getenv("PROBE_STAGES")) == 2 ? 2 : 3;
+    if (!shuffle || xprep || depth != 2 || mode == 2 || mode == 3) {
+      printf("PROBE_RING=1 needs PROBE_SHUFFLE=1, PROBE_XPREP=0, PROBE_DEPTH=2 and PROBE_MODE 0 or 1\n");
+      return 2;
+    }
+  }
   if (xsub && xprep) {
     printf("PROBE_XSUB=1 needs PROBE_XPREP=0\n");
     return 2;
   }
   // xsub: the grid's warpgroups a multiple of the slices, so that each warpgroup's jobs share one slice
   // (132 SMs: all of them at depth 2, 8 slices; 128 at depth 3, 16 slices)
-  const int grid = xsub ? (SM * kWG / (D / slice)) * (D / slice) / kWG : SM;
-  printf("device %s, %d SMs; gate/up grid %d x %d threads, jobs of 64 rows x %d K, %d in registers, L2 prefetch %d, x prepared once %d, x slice per warpgroup %d, W13 %s, mode %d%s\n", prop.name, SM, grid, kThreads, slice, depth, pf, xprep, xsub, shuffle ? "shuffled (16, 16)" : "row-major", mode,
+  const int grid = xsub || g_ring_stages ? (SM * kWG / (D / slice)) * (D / slice) / kWG : SM;
+  printf("device %s, %d SMs; gate/up grid %d x %d threads, jobs of 64 rows x %d K, %d in registers, L2 prefetch %d, x prepared once %d, x slice per warpgroup %d, W13 %s, ring stages %d (0: registers), mode %d%s\n", prop.name, SM, grid, kThreads, slice, depth, pf, xprep, xsub, shuffle ? "shuffled (16, 16)" : "row-major", g_ring_stages, mode,
          mode ? " (timing only: rel_err not meaningful)" : "");
   const bool frag_ok = check_fragments();
   const size_t smem_max = ((sizeof(Shared) + 127) / 128) * 128 + (size_t)D * 8 * kMaxNT;
   auto allow = [&](auto kernel) { CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max)); };
   allow(wg_gateup<1, 2>), allow(wg_gateup<2, 2>), allow(wg_gateup<3, 2>), allow(wg_gateup<4, 2>), allow(wg_gateup<5, 2>);
   allow(wg_gateup<1, 3>), allow(wg_gateup<2, 3>), allow(wg_gateup<3, 3>), allow(wg_gateup<4, 3>), allow(wg_gateup<5, 3>);
+  CK(cudaFuncSetAttribute(ring_gateup<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ring_smem(2)));
+  CK(cudaFuncSetAttribute(ring_gateup<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ring_smem(3)));
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   unsigned* sink;
