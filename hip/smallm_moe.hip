@@ -1,6 +1,7 @@
 // smallm_moe.hip: instantiations of the fused small-M MoE kernel and its host launcher.
 // One source: hipcc (gfx950), nvcc (sm_90a, through a generated .cu that includes this file),
 // and clang -nogpuinc --offload-device-only (the gfx950/gfx942 ISA check, SMALLM_DEVICE_ONLY).
+#include "smallm_gateup_tma.h"
 #include "smallm_moe_twopass.h"
 
 namespace smallm {
@@ -37,6 +38,11 @@ SMALLM_MMA(kMxfp4, kRowMajor)
 SMALLM_MMA(kMxfp4, kShuffle16x16)
 #undef SMALLM_MMA
 #undef SMALLM_MMA_DOWN
+template __global__ void smallm_gateup_tma_kernel<1>(const __grid_constant__ CUtensorMap, MoeArgs);
+template __global__ void smallm_gateup_tma_kernel<2>(const __grid_constant__ CUtensorMap, MoeArgs);
+template __global__ void smallm_gateup_tma_kernel<3>(const __grid_constant__ CUtensorMap, MoeArgs);
+template __global__ void smallm_gateup_tma_kernel<4>(const __grid_constant__ CUtensorMap, MoeArgs);
+template __global__ void smallm_gateup_tma_kernel<5>(const __grid_constant__ CUtensorMap, MoeArgs);
 template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 1>(MoeArgs);
@@ -47,6 +53,7 @@ template __global__ void smallm_moe_kernel<kMxfp4, kShuffle16x16, 1>(MoeArgs);
 #if !defined(SMALLM_DEVICE_ONLY)
 
 #include <stdlib.h>
+#include <string.h>
 
 #if defined(SMALLM_HIP)
 #define GPU(name) hip##name
@@ -360,6 +367,98 @@ int launch_gateup_mma_teams(const smallm::MoeArgs& a, gpuStream_t stream) {
 }
 #endif
 
+#if !defined(SMALLM_HIP)
+// FP8 row-major gate/up by TMA tiles and wgmma (smallm_gateup_tma.h; sm_90a builds on compute capability
+// 9.x), then smallm_tma_slice_sum_kernel writes h. SMALLM_GATEUP_TMA=1 takes it wherever it fits
+// (gateup_tma_fits); unset or 0, the mma.sync gate/up runs as before.
+using TmaEncode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                               const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                               CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+TmaEncode tma_encoder() {  // the driver's cuTensorMapEncodeTiled through the runtime (no libcuda link)
+  static const TmaEncode fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      return static_cast<TmaEncode>(nullptr);
+    return reinterpret_cast<TmaEncode>(p);
+  }();
+  return fn;
+}
+// Blocks: the most, up to one per SM, whose warpgroups (two per block) are a multiple of the K slices,
+// so that each warpgroup's jobs share one slice; 0 where there is none.
+int gateup_tma_grid(int D, int sms) {
+  const int S = D / smallm::kTmaSlice;
+  for (int g = sms; g >= 1; --g)
+    if ((smallm::kTmaWarpgroups * g) % S == 0) return g;
+  return 0;
+}
+bool gateup_tma_device(int& sms, int& smem_optin) {  // compute capability 9.x, an sm_90a build
+  static int ok_of[kMaxDevices] = {0}, optin_of[kMaxDevices] = {0};  // 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  if (current_device_sms(dev, sms) != 0) return false;
+  if (ok_of[dev] == 0) {
+    int major = 0;
+    const bool built = strcmp(smallm_build_arch(), "sm_90a") == 0;
+    ok_of[dev] = built && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                         major == 9 &&
+                         cudaDeviceGetAttribute(&optin_of[dev], cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+                         tma_encoder() != nullptr
+                     ? 1
+                     : 2;
+  }
+  smem_optin = optin_of[dev];
+  return ok_of[dev] == 1;
+}
+bool gateup_tma_fits(const smallm::MoeArgs& a) {
+  using namespace smallm;
+  static const bool on = [] {
+    const char* v = getenv("SMALLM_GATEUP_TMA");
+    return v && v[0] == '1';
+  }();
+  int sms = 0, optin = 0;
+  if (!on || !gateup_tma_device(sms, optin)) return false;
+  if (a.T > kTmaMaxTokens || a.T * a.K > kTmaMaxPairs || a.E > kMaxExperts) return false;
+  if (a.D % kTmaSlice || a.I % 128 || (long)a.E * 2 * a.I > 0x7fffffffL || gateup_tma_grid(a.D, sms) == 0) return false;
+  if ((long)a.T * a.K * a.I + tma_partial_words(a.T, a.K, a.D, a.I) > h_words(a.D, a.I)) return false;
+  if (tma_gateup_smem_bytes(a.T) > optin) return false;
+  return reinterpret_cast<uintptr_t>(a.w13) % 16 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(a.s13) % 16 == 0;
+}
+int launch_gateup_tma(const smallm::MoeArgs& a, gpuStream_t stream) {
+  using namespace smallm;
+  static int raised[kTmaMaxTokens / 4 + 1][kMaxDevices] = {};
+  int dev = 0, sms = 0;
+  if (const int err = current_device_sms(dev, sms)) return err;
+  const int grid = gateup_tma_grid(a.D, sms), nt = (a.T + 3) / 4, smem = (int)tma_gateup_smem_bytes(a.T);
+  // W13 as (k bytes, rows): boxes of 128 x 32 with the 128-byte swizzle (wgmma's K-major A layout)
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {(cuuint64_t)a.D, (cuuint64_t)a.E * 2 * a.I}, strides[1] = {(cuuint64_t)a.D};
+  const cuuint32_t box[2] = {kTmaBoxBytes, kTmaBoxRows}, estr[2] = {1, 1};
+  if (tma_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.w13), dims, strides, box, estr,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    return 8;
+  auto run = [&](auto kernel) {
+    if (const int err = allow_dynamic_smem(kernel, raised[nt], smem)) return err;
+    kernel<<<grid, kTmaThreads, smem, stream>>>(map, a);
+    return (int)GPU(GetLastError)();
+  };
+  int err = 0;
+  switch (nt) {
+    case 1: err = run(smallm_gateup_tma_kernel<1>); break;
+    case 2: err = run(smallm_gateup_tma_kernel<2>); break;
+    case 3: err = run(smallm_gateup_tma_kernel<3>); break;
+    case 4: err = run(smallm_gateup_tma_kernel<4>); break;
+    default: err = run(smallm_gateup_tma_kernel<5>); break;
+  }
+  if (err) return err;
+  const int n = a.T * a.K * a.I;
+  smallm_tma_slice_sum_kernel<<<(n + 255) / 256, 256, 0, stream>>>(a);
+  return (int)GPU(GetLastError)();
+}
+#endif
+
 template <int Fmt, int Layout>
 int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   using namespace smallm;
@@ -398,8 +497,11 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   }
   if (mma && gateup_mma_fits<Fmt>(a.T, a.K, a.D)) {
     const bool j4 = a.D / mma_step_values<Fmt>() <= 4 * kWarps;
-    const int err =
-        j4 ? launch_gateup_mma_teams<Fmt, Layout, 4>(a, stream) : launch_gateup_mma_teams<Fmt, Layout, 8>(a, stream);
+    int err = 0;
+    if (Fmt == kFp8Block128 && Layout == kRowMajor && gateup_tma_fits(a))
+      err = launch_gateup_tma(a, stream);
+    else
+      err = j4 ? launch_gateup_mma_teams<Fmt, Layout, 4>(a, stream) : launch_gateup_mma_teams<Fmt, Layout, 8>(a, stream);
     if (err) return err;
     const int lo_bytes = mma_down ? down_mma_lo_bytes<Fmt>(a) : 0;
     if (lo_bytes) return launch_down_mma_teams<Fmt, Layout>(a, lo_bytes == 1, stream);

@@ -72,6 +72,11 @@ TWO_BLOCK_CARVEOUT_BYTES = 196 * 1024  # kTwoBlockCarveoutBytes (hip/smallm_moe.
 BLOCK_RESERVED_SMEM_BYTES = 1024       # kBlockReservedSmemBytes
 DOWN_TEAMS_MIN_PAIRS = 33              # kDownTeamsMinPairs: the tensor-core down in two teams from here
 FP8_TEAMS_MIN_TOKENS = 2               # kFp8TeamsMinTokens: FP8 row-major gate/up with kJ = 8 in two teams from here
+# The FP8 gate/up by TMA tiles on wgmma (hip/smallm_gateup_tma.h; SMALLM_GATEUP_TMA=1, sm_90a builds)
+TMA_SLICE = 512                        # kTmaSlice: K per job
+TMA_WARPGROUPS = 2                     # kTmaWarpgroups: per block
+TMA_MAX_TOKENS = 20                    # kTmaMaxTokens
+TMA_MAX_PAIRS = 320                    # kTmaMaxPairs
 # The one-team tensor-core gate/up's static shared memory as ptxas reports it for sm_90a (the
 # launcher reads it from the kernel; this mirror only words the log line).
 GATEUP_STATIC_SMEM_BYTES = 24704
@@ -166,6 +171,33 @@ def _device_sms() -> int:
     return H200_SMS
 
 
+def gateup_tma_grid(D: int, sms: int) -> int:
+    """hip/smallm_moe.hip gateup_tma_grid: the most blocks, up to one per SM, whose warpgroups are a
+    multiple of the K slices (each warpgroup's jobs in one slice); 0 where none."""
+    S = D // TMA_SLICE
+    return next((g for g in range(sms, 0, -1) if (TMA_WARPGROUPS * g) % S == 0), 0)
+
+
+def gateup_tma_why_not(arch: str, fmt: str, layout: str, T: int, K: int, D: int, I: int, sms: int) -> str:
+    """hip/smallm_moe.hip gateup_tma_fits, in words: "" where the launcher takes the TMA gate/up (the
+    device checks it also makes, compute capability 9.x and the driver's encoder, are assumed)."""
+    from . import envs
+
+    if envs.GATEUP_TMA.get().strip()[:1] != "1":
+        return "SMALLM_GATEUP_TMA unset"
+    if arch != "sm_90a":
+        return f"a {arch} build (TMA gate/up: sm_90a only)"
+    if fmt != FP8_BLOCK128 or layout != ROW_MAJOR:
+        return f"{fmt} {layout} (TMA gate/up: FP8 row-major only)"
+    if T > TMA_MAX_TOKENS or T * K > TMA_MAX_PAIRS:
+        return f"{T} tokens / {T * K} pairs (TMA gate/up: at most {TMA_MAX_TOKENS} / {TMA_MAX_PAIRS})"
+    if D % TMA_SLICE or I % 128:
+        return f"D={D}, I={I} (TMA gate/up: D a multiple of {TMA_SLICE}, I of 128)"
+    if gateup_tma_grid(D, sms) == 0:
+        return f"no grid of at most {sms} blocks whose warpgroups divide into {D // TMA_SLICE} slices"
+    return ""
+
+
 def mma_split_tokens(fmt: str, T: int, K: int, D: int, most_tokens: int = 0) -> int:
     """hip/smallm_moe_twopass.h mma_split_tokens: tokens per part of a call whose x is over the
     tensor-core gate/up's f16 stage or whose pairs are over MMA_MAX_PAIRS (T in the fewest parts that
@@ -225,7 +257,11 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         return (f"two-pass (variant 5): gate/up and down on CUDA cores ({_mma_over(T, K, D)}"
                 f"{': SMALLM_MMA_SPLIT=0' if part else ''})")
     forced = envs.GATEUP_TEAMS.get().strip()[:1]  # the launcher reads the first character
-    if forced in ("1", "2"):
+    tma_no = gateup_tma_why_not(arch, fmt, layout, T, K, D, I, sms or _device_sms())
+    if not tma_no:
+        gateup = ("gate/up by TMA tiles on wgmma (SMALLM_GATEUP_TMA=1: experiment), its K slices summed into h by "
+                  "a second kernel")
+    elif forced in ("1", "2"):
         gateup = (f"gate/up on tensor cores ({forced} team{'s' if forced == '2' else ''} per block: "
                   f"SMALLM_GATEUP_TEAMS={forced})")
     elif 2 * (GATEUP_STATIC_SMEM_BYTES + x_bytes + BLOCK_RESERVED_SMEM_BYTES) > TWO_BLOCK_CARVEOUT_BYTES:

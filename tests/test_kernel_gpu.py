@@ -132,6 +132,10 @@ def test_sort_matches_reference_exactly(case, seed):
     {"SMALLM_MMA_SPLIT": "0", "formats": "fp8_block128,mxfp4", "tokens": "21", "shapes": "qwen35-tp4,qwen35-tp8"},
     # calls split below the stage's limit (SMALLM_MMA_SPLIT_TOKENS, for A/B runs of the threshold): 8 -> 4 + 4, 19 -> 7 + 7 + 5
     {"SMALLM_MMA_SPLIT_TOKENS": "7", "formats": "fp8_block128,mxfp4", "tokens": "8,19", "shapes": "qwen35-tp4"},
+    # the FP8 gate/up by TMA tiles on wgmma (row-major only; shuffled and MXFP4 calls keep mma.sync), at
+    # 1 to 20 tokens (N = 8 to 40 columns) and past it (21: two calls of 11 and 10)
+    {"SMALLM_GATEUP_TMA": "1", "formats": "fp8_block128,mxfp4", "tokens": "1,3,4,5,8,13,17,20,21",
+     "shapes": "qwen35-tp4,qwen35-tp8,qwen3-235b-tp4,minimax-m3"},
 ], ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
 def test_kernel_variants_match_reference(switches):
     """Every kernel variant and A/B switch (read once per process, so in a child process): the same

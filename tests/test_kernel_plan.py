@@ -31,6 +31,8 @@ def test_constants_match_the_headers():
     assert kernels.BLOCK_RESERVED_SMEM_BYTES == _cpp_const("kBlockReservedSmemBytes")
     assert kernels.DOWN_TEAMS_MIN_PAIRS == _cpp_const("kDownTeamsMinPairs")
     assert kernels.FP8_TEAMS_MIN_TOKENS == _cpp_const("kFp8TeamsMinTokens")
+    assert kernels.TMA_SLICE == _cpp_const("kTmaSlice") and kernels.TMA_WARPGROUPS == _cpp_const("kTmaWarpgroups")
+    assert kernels.TMA_MAX_TOKENS == _cpp_const("kTmaMaxTokens") and kernels.TMA_MAX_PAIRS == _cpp_const("kTmaMaxPairs")
     assert kernels.WARPS == _cpp_const("kThreads") // 32  # CUDA's kWarp (the tensor-core kernels are CUDA's)
     # the fixed counters of the sync workspace (ticket, exit) precede done1 and used1
     assert kernels.SYNC_FIXED_WORDS == _cpp_const("kSyncDone1") + 2 * _cpp_const("kMaxPairs")
@@ -62,7 +64,8 @@ def test_every_switch_the_launcher_reads_is_documented():
 @pytest.fixture
 def env(monkeypatch):
     for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN", "SMALLM_GATEUP_TEAMS", "SMALLM_DOWN_TEAMS",
-                 "SMALLM_DOWN_LO8", "SMALLM_DOWN_RING", "SMALLM_MMA_SPLIT", "SMALLM_MMA_SPLIT_TOKENS"):
+                 "SMALLM_DOWN_LO8", "SMALLM_DOWN_RING", "SMALLM_MMA_SPLIT", "SMALLM_MMA_SPLIT_TOKENS",
+                 "SMALLM_GATEUP_TMA"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -312,3 +315,27 @@ def test_switches_and_other_targets(env):
     # a row too wide for the two-pass gate/up (fp8 D > 8192): the block kernel
     env.delenv("SMALLM_MMA")
     assert kernels.kernel_plan("sm_90", "fp8_block128", 1, 8, 16384, 256).startswith("block kernel (variant 1): D=16384")
+
+
+@pytest.mark.parametrize("D, sms, grid", [(4096, 132, 132), (6144, 132, 132), (7168, 132, 126), (2048, 132, 132),
+                                          (4096, 114, 112), (512, 1, 1), (16384, 4, 0)])
+def test_gateup_tma_grid(D, sms, grid):
+    """The TMA gate/up's blocks: the most up to one per SM whose two warpgroups divide into D / 512 slices."""
+    assert kernels.gateup_tma_grid(D, sms) == grid
+    text = (HIP / "smallm_moe.hip").read_text()
+    assert "if ((smallm::kTmaWarpgroups * g) % S == 0) return g;" in text
+
+
+def test_gateup_tma_plan(env):
+    """SMALLM_GATEUP_TMA=1 words the TMA gate/up where the launcher takes it (FP8 row-major, sm_90a,
+    <= 20 tokens, D % 512 == 0), and the reason elsewhere; unset, the plan is the mma.sync one."""
+    plan = lambda fmt, T, layout=kernels.ROW_MAJOR, arch="sm_90a", D=4096: kernels.kernel_plan(
+        arch, fmt, T, 11, D, 256, 132, layout)
+    assert "TMA" not in plan("fp8_block128", 8)
+    env.setenv("SMALLM_GATEUP_TMA", "1")
+    assert "gate/up by TMA tiles on wgmma" in plan("fp8_block128", 8)
+    assert "gate/up by TMA tiles on wgmma" in plan("fp8_block128", 21)  # two calls of 11 and 10, each TMA
+    assert "TMA" not in plan("mxfp4", 8) and "TMA" not in plan("fp8_block128", 8, kernels.SHUFFLE16)
+    assert "TMA" not in plan("fp8_block128", 8, arch="sm_90")
+    assert kernels.gateup_tma_why_not("sm_90a", "fp8_block128", kernels.ROW_MAJOR, 8, 11, 4160, 256, 132).startswith("D=4160")
+    assert kernels.gateup_tma_why_not("sm_90a", "fp8_block128", kernels.ROW_MAJOR, 8, 11, 4096, 256, 132) == ""

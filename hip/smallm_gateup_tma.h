@@ -1,0 +1,374 @@
+// smallm_gateup_tma.h: the FP8 gate/up for sm_90a with TMA tiles and wgmma (CUDA only; on gfx950 and
+// other targets this header declares nothing). Measured first as examples/wgmma/wgmma_gateup_probe.cu's
+// tma_gateup (examples/results "h200-wgmma" run 7: TP4 1.22-1.26x of the W13 read floor at 4-20 tokens,
+// 5-21 % faster than smallm_gateup_mma_kernel's span).
+//
+// Design. One block of two warpgroups per SM. Every block routes the call's pairs (distinct experts in
+// first-occurrence order, each token's slot per distinct expert). A warpgroup's job is (distinct expert
+// u, chunk c of 32 intermediate rows, K slice s of 512): A = the chunk's 32 gate rows and their 32 up
+// rows, B = the call's x over the slice, N = 8 NT columns (token t's hi part in column 2t, its lo part in
+// 2t + 1; NT = ceil(T / 4)). Jobs go round-robin over the warpgroups (job = u C S + c S + s, warpgroup
+// j takes j, j + G, ...) with G a multiple of S, so a warpgroup's jobs all lie in one slice and it stages
+// x only there (its own 512 k, each token's power-of-two scale taken over them).
+//   - W13 arrives by TMA: a 2-D tensor map over row-major W13 (k bytes, rows), 128-byte swizzle, boxes
+//     of 128 k x 32 rows. A job is eight boxes (per 128-wide K block its gate box, then its up box): the
+//     canonical K-major layout of a 64 x 128 wgmma A operand (8-row groups 1024 bytes apart, k-step j at
+//     + 32 j bytes), plus its eight fp32 block scales by two 16-byte bulk copies, on the stage's
+//     transaction barrier. Two 32 KB stages per warpgroup; one thread issues, and refills a stage once
+//     every warp of the warpgroup has waited for the MMAs that read it.
+//   - x: hi = e4m3(x s), lo = e4m3(16 (x s - hi)), s = 2^(7 - floor(log2 max |x|)) over the slice: the
+//     two parts hold x to ~2^-8 relative with FP8 MMAs; the partial sums are multiplied by 1 / s.
+//   - Per job: 16 wgmma m64nNk32 (A and B from shared memory), one accumulator per 128-wide K block,
+//     one commit, one wait, then the gate and up block scales in fp32.
+//   - Each job writes its slice's partial gate and up sums of the pairs routed to its expert into the
+//     workspace after h ([S][pairs][2I] fp32); smallm_tma_slice_sum adds the slices in order
+//     (deterministic) and writes h = silu(gate) * up, which the down kernels read as before.
+#pragma once
+
+#include "smallm_moe.h"
+
+#if defined(SMALLM_CUDA)
+#include <cuda.h>  // CUtensorMap
+
+namespace smallm {
+
+constexpr int kTmaSlice = 512;        // K per job
+constexpr int kTmaJobBytes = 32768;   // 64 rows x 512 k of e4m3
+constexpr int kTmaStages = 2;         // per warpgroup
+constexpr int kTmaWarpgroups = 2;     // per block
+constexpr int kTmaThreads = 128 * kTmaWarpgroups;
+constexpr int kTmaMaxTokens = 20;     // NT <= 5: N <= 40 columns
+constexpr int kTmaMaxPairs = 320;
+constexpr int kTmaBoxRows = 32, kTmaBoxBytes = 128;
+
+struct TmaShared {
+  unsigned long long full[kTmaWarpgroups][kTmaStages];   // a stage's weights and scales arrived
+  alignas(16) float scale[kTmaWarpgroups][kTmaStages][8];  // a stage's gate (0..3) and up (4..7) block scales
+  float xinv[kTmaWarpgroups][kTmaMaxTokens];             // 1 / s per token over the warpgroup's slice
+  int nu;                                                // distinct experts
+  int ids[kTmaMaxPairs];
+  int first[kMaxExperts];        // first pair of each expert, then (for first pairs) its distinct index
+  int uni[kTmaMaxPairs];         // distinct experts, first-occurrence order
+  unsigned mask[kTmaMaxPairs / 32];
+  signed char slot[kTmaMaxPairs * kTmaMaxTokens];  // [u][t]: token t's slot routed to distinct expert u, or -1
+};
+
+// Dynamic shared memory of a block: TmaShared, the stages (1024-byte aligned: the swizzle's period), x.
+inline long tma_gateup_smem_bytes(int T) {
+  const int nt = (T + 3) / 4;
+  return (long)sizeof(TmaShared) + 1023 + (long)kTmaWarpgroups * kTmaStages * kTmaJobBytes +
+         (long)kTmaWarpgroups * kTmaSlice * 8 * nt;
+}
+// Workspace floats after h ([pairs][I]) for the slices' partial sums.
+inline long tma_partial_words(int T, int K, int D, int I) { return (long)(D / kTmaSlice) * T * K * 2 * I; }
+
+// wgmma and the TMA tile copies: sm_90a only (the arch-specific feature set; sm_90 and later
+// architectures compile the kernel empty, and the launcher takes it only on compute capability 9.x with
+// a build for sm_90a, smallm_build_arch)
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SMALLM_SM90_TMA 1
+#endif
+
+namespace tma {
+
+SMALLM_DEV uint32_t saddr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+SMALLM_DEV bool mbar_done(uint32_t bar, uint32_t parity) {
+  uint32_t ok = 1;
+#if defined(SMALLM_SM90_TMA)
+  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(ok)
+               : "r"(bar), "r"(parity)
+               : "memory");
+#endif
+  return ok != 0;
+}
+SMALLM_DEV void wg_barrier(int wg) {  // the 128 threads of warpgroup wg (named barriers 1, 2)
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+}
+// Shared-memory matrix descriptors: no swizzle (start, LBO = the next 16-byte k group's core matrices,
+// SBO = the next 8 rows'), and K-major with the 128-byte swizzle (SBO 1024 bytes, LBO unused).
+SMALLM_DEV uint64_t desc_plain(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)((lbo & 0x3ffffu) >> 4) << 16) |
+         ((uint64_t)((sbo & 0x3ffffu) >> 4) << 32);
+}
+SMALLM_DEV uint64_t desc_sw128(uint32_t addr) {
+  return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+template <int N>
+SMALLM_DEV void hold(float (&d)[N]) {  // keeps reads of d below the wgmma wait
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (+)= A(64 x 32 e4m3, shared memory, adesc) * B(32 x 8 NT e4m3, shared memory, bdesc).
+template <int NT, bool kAcc>
+SMALLM_DEV void mma(float (&d)[4 * NT], uint64_t adesc, uint64_t bdesc);
+#define SMALLM_TMA_D4 "%0, %1, %2, %3"
+#define SMALLM_TMA_D8 SMALLM_TMA_D4 ", %4, %5, %6, %7"
+#define SMALLM_TMA_D12 SMALLM_TMA_D8 ", %8, %9, %10, %11"
+#define SMALLM_TMA_D16 SMALLM_TMA_D12 ", %12, %13, %14, %15"
+#define SMALLM_TMA_D20 SMALLM_TMA_D16 ", %16, %17, %18, %19"
+#define SMALLM_TMA_O4(c) c(d[0]), c(d[1]), c(d[2]), c(d[3])
+#define SMALLM_TMA_O8(c) SMALLM_TMA_O4(c), c(d[4]), c(d[5]), c(d[6]), c(d[7])
+#define SMALLM_TMA_O12(c) SMALLM_TMA_O8(c), c(d[8]), c(d[9]), c(d[10]), c(d[11])
+#define SMALLM_TMA_O16(c) SMALLM_TMA_O12(c), c(d[12]), c(d[13]), c(d[14]), c(d[15])
+#define SMALLM_TMA_O20(c) SMALLM_TMA_O16(c), c(d[16]), c(d[17]), c(d[18]), c(d[19])
+#define SMALLM_TMA_SET(x) "=f"(x)
+#define SMALLM_TMA_ACC(x) "+f"(x)
+#if defined(SMALLM_SM90_TMA)
+#define SMALLM_TMA_MMA_ONE(NT, ACC, FLAG, N, DL, AD, BD, OUTS, C)                                                \
+  template <>                                                                                           \
+  SMALLM_DEV void mma<NT, ACC>(float(&d)[4 * NT], uint64_t adesc, uint64_t bdesc) {                     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " FLAG ", 0;\n"                                      \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" DL "}, %" #AD ", %" #BD ", p, 1, 1;\n}\n" \
+                 : OUTS(C)                                                                              \
+                 : "l"(adesc), "l"(bdesc));                                                             \
+  }
+#else
+#define SMALLM_TMA_MMA_ONE(NT, ACC, FLAG, N, DL, AD, BD, OUTS, C) \
+  template <>                                                \
+  SMALLM_DEV void mma<NT, ACC>(float(&d)[4 * NT], uint64_t, uint64_t) { (void)d; }
+#endif
+#define SMALLM_TMA_MMA_BOTH(NT, N, DL, AD, BD, OUTS)                     \
+  SMALLM_TMA_MMA_ONE(NT, false, "0", N, DL, AD, BD, OUTS, SMALLM_TMA_SET) \
+  SMALLM_TMA_MMA_ONE(NT, true, "1", N, DL, AD, BD, OUTS, SMALLM_TMA_ACC)
+SMALLM_TMA_MMA_BOTH(1, 8, SMALLM_TMA_D4, 4, 5, SMALLM_TMA_O4)
+SMALLM_TMA_MMA_BOTH(2, 16, SMALLM_TMA_D8, 8, 9, SMALLM_TMA_O8)
+SMALLM_TMA_MMA_BOTH(3, 24, SMALLM_TMA_D12, 12, 13, SMALLM_TMA_O12)
+SMALLM_TMA_MMA_BOTH(4, 32, SMALLM_TMA_D16, 16, 17, SMALLM_TMA_O16)
+SMALLM_TMA_MMA_BOTH(5, 40, SMALLM_TMA_D20, 20, 21, SMALLM_TMA_O20)
+
+// The largest |x| of n bf16 values (a warp's work; every lane gets it).
+SMALLM_DEV float warp_absmax(const uint16_t* xrow, int n, int lane) {
+  float m = 0.0f;
+  const uint4* xr = reinterpret_cast<const uint4*>(xrow);
+  for (int v = lane; v < n / 8; v += 32) {
+    const uint4 u4 = xr[v];
+    const uint32_t ww[4] = {u4.x, u4.y, u4.z, u4.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      m = fmaxf(m, fmaxf(fabsf(__uint_as_float(ww[i] << 16)), fabsf(__uint_as_float(ww[i] & 0xffff0000u))));
+  }
+#pragma unroll
+  for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
+  return m;
+}
+// 1 / s for a token whose largest |x| is m: s = 2^(7 - floor(log2 m)) puts m in [128, 256).
+SMALLM_DEV float xinv_of(float m) {
+  const int ex = m > 0.0f ? (int)((__float_as_uint(m) >> 23) & 255) - 127 : 7;
+  return exp2f((float)(ex - 7));
+}
+// Two bf16 values (one 32-bit word) times sc as e4m3 hi and lo parts (two bytes each).
+SMALLM_DEV void split_pair(uint32_t word, float sc, uint32_t& hi2, uint32_t& lo2) {
+#if !defined(SMALLM_SM90_TMA)  // (cuda_fp8.h comes with sm_89+ device passes only: smallm_compat.h)
+  (void)word, (void)sc;
+  hi2 = lo2 = 0u;
+#else
+  const float x0 = __uint_as_float(word << 16) * sc, x1 = __uint_as_float(word & 0xffff0000u) * sc;
+  const __nv_fp8x2_storage_t h2 = __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
+  const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(h2, __NV_E4M3);
+  const float2 hf = __half22float2(*reinterpret_cast<const __half2*>(&hr));
+  const __nv_fp8x2_storage_t l2 =
+      __nv_cvt_float2_to_fp8x2(make_float2(16.0f * (x0 - hf.x), 16.0f * (x1 - hf.y)), __NV_SATFINITE, __NV_E4M3);
+  hi2 = h2;
+  lo2 = l2;
+#endif
+}
+
+// Every block: the distinct experts in first-occurrence order (sh.uni, sh.nu) and each pair's slot per
+// (distinct expert, token) (sh.slot, -1 where the token is not routed there). Ends with a block barrier.
+SMALLM_DEV void route(const MoeArgs& a, TmaShared& sh) {
+  const int tid = threadIdx.x, P = a.T * a.K, lane = tid % 32, warp = tid / 32;
+  for (int e = tid; e < a.E; e += kTmaThreads) sh.first[e] = 0x7fffffff;
+  for (int p = tid; p < P; p += kTmaThreads) sh.ids[p] = a.topk_ids[p];
+  for (int i = tid; i < kTmaMaxPairs * kTmaMaxTokens / 4; i += kTmaThreads) reinterpret_cast<int*>(sh.slot)[i] = -1;
+  __syncthreads();
+  for (int p = tid; p < P; p += kTmaThreads) atomicMin(&sh.first[sh.ids[p]], p);
+  __syncthreads();
+  for (int c = warp; c * 32 < P; c += kTmaThreads / 32) {
+    const int p = c * 32 + lane;
+    const unsigned m = __ballot_sync(~0u, p < P && sh.first[sh.ids[p]] == p);
+    if (lane == 0) sh.mask[c] = m;
+  }
+  __syncthreads();
+  int rank_of[2] = {-1, -1};  // distinct index of the first pairs tid, tid + kTmaThreads
+  for (int r = 0; r < 2; ++r) {
+    const int p = tid + r * kTmaThreads;
+    if (p < P && sh.first[sh.ids[p]] == p) {
+      int before = __popc(sh.mask[p / 32] & ((1u << (p % 32)) - 1u));
+      for (int c = 0; c < p / 32; ++c) before += __popc(sh.mask[c]);
+      rank_of[r] = before;
+      sh.uni[before] = sh.ids[p];
+    }
+  }
+  if (tid == 0) {
+    int n = 0;
+    for (int c = 0; c * 32 < P; ++c) n += __popc(sh.mask[c]);
+    sh.nu = n;
+  }
+  __syncthreads();
+  for (int r = 0; r < 2; ++r)
+    if (rank_of[r] >= 0) sh.first[sh.ids[tid + r * kTmaThreads]] = rank_of[r];  // expert -> distinct index
+  __syncthreads();
+  for (int p = tid; p < P; p += kTmaThreads) sh.slot[sh.first[sh.ids[p]] * a.T + p / a.K] = (signed char)(p % a.K);
+  __syncthreads();
+}
+
+}  // namespace tma
+
+// The gate/up (see the top of this file). Partial sums into a.h + pairs I; grid: G = 2 gridDim.x
+// warpgroups, a multiple of the slices S = D / 512 (the launcher checks this and every other limit).
+template <int NT>
+__global__ void __launch_bounds__(kTmaThreads, 1)
+    smallm_gateup_tma_kernel(const __grid_constant__ CUtensorMap w13_map, MoeArgs a) {
+#if defined(SMALLM_SM90_TMA)
+  using namespace tma;
+  constexpr int NB = NT * 128, kXBytes = kTmaSlice * 8 * NT, kBlocks = kTmaSlice / 128;
+  extern __shared__ __align__(128) uint8_t smem[];
+  TmaShared& sh = *reinterpret_cast<TmaShared*>(smem);
+  const int tid = threadIdx.x, wg = tid / 128, wt = tid % 128, lane = tid % 32, w = wt / 32, g = lane / 4, q = lane % 4;
+  const uint32_t base0 = (saddr(smem) + (uint32_t)sizeof(TmaShared) + 1023u) & ~1023u;
+  const uint32_t ring = base0 + (uint32_t)(wg * kTmaStages * kTmaJobBytes);
+  uint8_t* bx = smem + (base0 - saddr(smem)) + kTmaWarpgroups * kTmaStages * kTmaJobBytes + wg * kXBytes;
+  if (wt == 0) {
+    for (int i = 0; i < kTmaStages; ++i)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(saddr(&sh.full[wg][i])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  route(a, sh);  // its block barriers also publish the stage barriers' initialisation
+  const int P = a.T * a.K, S = a.D / kTmaSlice, C = a.I / 32, G = gridDim.x * kTmaWarpgroups;
+  const int njobs = sh.nu * C * S, job0 = blockIdx.x * kTmaWarpgroups + wg, s = job0 % S;
+  float* part = a.h + (size_t)P * a.I;  // [S][P][2I]
+  const float* s13 = static_cast<const float*>(a.s13);
+  auto issue = [&](int n) {  // the warpgroup's n-th job into stage n % kTmaStages (one thread)
+    const int job = job0 + n * G;
+    if (job >= njobs) return;
+    const int u = job / (C * S), c = (job / S) % C, e = sh.uni[u], st = n % kTmaStages;
+    const uint32_t bar = saddr(&sh.full[wg][st]), dst = ring + st * kTmaJobBytes;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(kTmaJobBytes + 32) : "memory");
+    const int rg = e * 2 * a.I + 32 * c;  // the chunk's first gate row (E 2I < 2^31: the launcher checks)
+#pragma unroll
+    for (int kb = 0; kb < kBlocks; ++kb)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)  // gate box, then up box
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+            ::"r"(dst + kb * 8192 + h * 4096), "l"(reinterpret_cast<uint64_t>(&w13_map)), "r"(s * kTmaSlice + 128 * kb),
+            "r"(rg + h * a.I), "r"(bar) : "memory");
+    const float* sg = s13 + ((size_t)e * (2 * a.I / 128) + (32 * c) / 128) * (a.D / 128) + s * kBlocks;
+    const float* su = sg + (size_t)(a.I / 128) * (a.D / 128);
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 16, [%2];\n"
+                 ::"r"(saddr(&sh.scale[wg][st][0])), "l"(sg), "r"(bar) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 16, [%2];\n"
+                 ::"r"(saddr(&sh.scale[wg][st][4])), "l"(su), "r"(bar) : "memory");
+  };
+  if (wt == 0)
+    for (int n = 0; n < kTmaStages; ++n) issue(n);
+
+  // x over the slice: each token's scale, then B's bytes (k-step st at st 2 NB, 16-k group kc at + kc NB,
+  // column n at (n / 8) 128 + (n % 8) 16), columns from 2T on zero
+  for (int t = w; t < a.T; t += 4) {
+    const float xinv = xinv_of(warp_absmax(a.x + (size_t)t * a.D + (size_t)s * kTmaSlice, kTmaSlice, lane));
+    if (lane == 0) sh.xinv[wg][t] = xinv;
+  }
+  wg_barrier(wg);
+  for (int un = wt; un < 4 * NT * (kTmaSlice / 16); un += 128) {  // (token t < 4 NT, 16 k of the slice)
+    const int t = un / (kTmaSlice / 16), kl = 16 * (un % (kTmaSlice / 16));
+    uint4 hi = make_uint4(0, 0, 0, 0), lo = hi;
+    if (t < a.T) {
+      const float sc = 1.0f / sh.xinv[wg][t];
+      const uint4* xr = reinterpret_cast<const uint4*>(a.x + (size_t)t * a.D + s * kTmaSlice + kl);
+      const uint4 v0 = xr[0], v1 = xr[1];
+      const uint32_t ww[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+      uint32_t hw[4], lw[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint32_t h0, l0, h1, l1;
+        split_pair(ww[2 * i], sc, h0, l0);
+        split_pair(ww[2 * i + 1], sc, h1, l1);
+        hw[i] = h0 | (h1 << 16);
+        lw[i] = l0 | (l1 << 16);
+      }
+      hi = make_uint4(hw[0], hw[1], hw[2], hw[3]);
+      lo = make_uint4(lw[0], lw[1], lw[2], lw[3]);
+    }
+    uint8_t* at = bx + (kl / 32) * 2 * NB + ((kl / 16) % 2) * NB;
+    *reinterpret_cast<uint4*>(at + ((2 * t) / 8) * 128 + ((2 * t) % 8) * 16) = hi;
+    *reinterpret_cast<uint4*>(at + ((2 * t + 1) / 8) * 128 + ((2 * t + 1) % 8) * 16) = lo;
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic stores, read by wgmma
+  wg_barrier(wg);
+
+  const uint32_t bbase = saddr(bx);
+  for (int n = 0;; ++n) {
+    const int job = job0 + n * G;
+    if (job >= njobs) break;
+    const int st = n % kTmaStages, u = job / (C * S), c = (job / S) % C;
+    while (!mbar_done(saddr(&sh.full[wg][st]), (n / kTmaStages) & 1)) {
+    }
+    float acc[kBlocks][4 * NT];
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kb = 0; kb < kBlocks; ++kb)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint64_t ad = desc_sw128(ring + st * kTmaJobBytes + kb * 8192 + 32 * k);
+        const uint64_t bd = desc_plain(bbase + (4 * kb + k) * 2 * NB, NB, 128);
+        if (k == 0) {
+          mma<NT, false>(acc[kb], ad, bd);
+        } else {
+          mma<NT, true>(acc[kb], ad, bd);
+        }
+      }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+    for (int kb = 0; kb < kBlocks; ++kb) hold(acc[kb]);
+    const int half = w >> 1;  // warps 0-1: gate rows, 2-3: up rows
+    float tot[4 * NT];
+#pragma unroll
+    for (int i = 0; i < 4 * NT; ++i) tot[i] = 0.0f;
+#pragma unroll
+    for (int kb = 0; kb < kBlocks; ++kb) {
+      const float sc = sh.scale[wg][st][4 * half + kb];
+#pragma unroll
+      for (int i = 0; i < 4 * NT; ++i) tot[i] = fmaf(acc[kb][i], sc, tot[i]);
+    }
+    wg_barrier(wg);  // every warp has waited for the MMAs reading this stage and read its scales: refill
+    if (wt == 0) issue(n + kTmaStages);
+    // d: rows 16 w + g and + 8 of A (0-31: gate rows 32 c.., 32-63: up rows I + 32 c..), columns 2t, 2t + 1
+    const int r0 = 16 * w + g, i0 = (r0 < 32 ? 0 : a.I - 32) + 32 * c + r0;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int t = 4 * j + q;
+      const int sl = t < a.T ? sh.slot[u * a.T + t] : -1;
+      if (sl >= 0) {
+        const float xi = sh.xinv[wg][t];
+        float* dst = part + ((size_t)s * P + t * a.K + sl) * 2 * a.I;
+        dst[i0] = (tot[4 * j] + 0.0625f * tot[4 * j + 1]) * xi;
+        dst[i0 + 8] = (tot[4 * j + 2] + 0.0625f * tot[4 * j + 3]) * xi;
+      }
+    }
+  }
+#endif
+}
+
+// h[p][i] = silu(sum of the slices' gate) * (sum of their up), slices in order.
+__global__ void __launch_bounds__(256) smallm_tma_slice_sum_kernel(MoeArgs a) {
+  const int P = a.T * a.K, S = a.D / kTmaSlice;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= P * a.I) return;
+  const int p = i / a.I, j = i % a.I;
+  const float* part = a.h + (size_t)P * a.I;
+  float gs = 0.0f, us = 0.0f;
+  for (int s = 0; s < S; ++s) {
+    const float* r = part + ((size_t)s * P + p) * 2 * a.I;
+    gs += r[j];
+    us += r[a.I + j];
+  }
+  a.h[i] = silu(gs) * us;
+}
+
+}  // namespace smallm
+
+#endif  // SMALLM_CUDA
