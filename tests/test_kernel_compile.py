@@ -191,8 +191,8 @@ def test_tma_gateup_kernels_take_tiles_and_wgmma(sm90a_ptx):
     by 2-D TMA tile copies and the block scales by bulk copies on transaction barriers, and multiply with
     wgmma taking both operands from shared memory (two descriptors, no register A), FP8 e4m3; x staged by
     generic stores is fenced for wgmma's async-proxy reads; no mma.sync and no e4m3 -> f16 conversion of
-    weights (the 4 cvt per unit are x's hi parts read back for the lo parts). The slice sum is a plain
-    kernel."""
+    weights (the 8 cvt, one per bf16 pair of a 16-value unit, are x's hi parts read back for the lo
+    parts). The slice sum is a plain kernel."""
     tma = {n: b for n, b in sm90a_ptx.items() if "smallm_gateup_tma_kernel" in n}
     assert sorted(int(re.search(r"ILi(\d)E", n).group(1)) for n in tma) == [1, 2, 3, 4, 5], sorted(sm90a_ptx)
     for name, body in tma.items():
@@ -203,7 +203,7 @@ def test_tma_gateup_kernels_take_tiles_and_wgmma(sm90a_ptx):
         ss = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{8 * nt}k32\.f32\.e4m3\.e4m3\s*\{{[^}}]*\}},\s*%rd\d+,\s*%rd\d+", body)
         assert ss, name
         assert "wgmma.wait_group.sync.aligned 0" in body and "fence.proxy.async.shared::cta" in body, name
-        assert "mma.sync" not in body and body.count("cvt.rn.f16x2.e4m3x2") == 4, name
+        assert "mma.sync" not in body and body.count("cvt.rn.f16x2.e4m3x2") == 8, name
     assert any("smallm_tma_slice_sum_kernel" in n for n in sm90a_ptx)
 
 
