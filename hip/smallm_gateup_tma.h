@@ -4,7 +4,7 @@
 // 5-21 % faster than smallm_gateup_mma_kernel's span).
 //
 // Design. One block of two warpgroups per SM. Every block routes the call's pairs (distinct experts in
-// first-occurrence order, each token's slot per distinct expert). A warpgroup's job is (distinct expert
+// first-occurrence order, each token's slots per distinct expert). A warpgroup's job is (distinct expert
 // u, chunk c of 32 intermediate rows, K slice s of 512): A = the chunk's 32 gate rows and their 32 up
 // rows, B = the call's x over the slice, N = 8 NT columns (token t's hi part in column 2t, its lo part in
 // 2t + 1; NT = ceil(T / 4)). Jobs go round-robin over the warpgroups (job = u C S + c S + s, warpgroup
@@ -50,7 +50,7 @@ struct TmaShared {
   int first[kMaxExperts];        // first pair of each expert, then (for first pairs) its distinct index
   int uni[kTmaMaxPairs];         // distinct experts, first-occurrence order
   unsigned mask[kTmaMaxPairs / 32];
-  signed char slot[kTmaMaxPairs * kTmaMaxTokens];  // [u][t]: token t's slot routed to distinct expert u, or -1
+  unsigned slots[kTmaMaxPairs * kTmaMaxTokens];  // [u][t]: bit k set where token t's slot k is expert u
 };
 
 // Dynamic shared memory of a block: TmaShared, the stages (1024-byte aligned: the swizzle's period), x.
@@ -175,26 +175,32 @@ SMALLM_DEV void split_pair(uint32_t word, float sc, uint32_t& hi2, uint32_t& lo2
 #endif
 }
 
-// Every block: the distinct experts in first-occurrence order (sh.uni, sh.nu) and each pair's slot per
-// (distinct expert, token) (sh.slot, -1 where the token is not routed there). Ends with a block barrier.
+// Every block: the distinct experts in first-occurrence order (sh.uni, sh.nu) and, per (distinct expert,
+// token), the token's slots routed there (sh.slots: a token may name an expert in several slots). Ids
+// outside [0, E) (SGLang's expert-parallel -1) are no expert: their pairs are skipped here and get h = 0
+// from the slice sum. Ends with a block barrier.
 SMALLM_DEV void route(const MoeArgs& a, TmaShared& sh) {
   const int tid = threadIdx.x, P = a.T * a.K, lane = tid % 32, warp = tid / 32;
   for (int e = tid; e < a.E; e += kTmaThreads) sh.first[e] = 0x7fffffff;
-  for (int p = tid; p < P; p += kTmaThreads) sh.ids[p] = a.topk_ids[p];
-  for (int i = tid; i < kTmaMaxPairs * kTmaMaxTokens / 4; i += kTmaThreads) reinterpret_cast<int*>(sh.slot)[i] = -1;
+  for (int p = tid; p < P; p += kTmaThreads) {
+    const int id = a.topk_ids[p];
+    sh.ids[p] = id >= 0 && id < a.E ? id : -1;
+  }
+  for (int i = tid; i < kTmaMaxPairs * kTmaMaxTokens; i += kTmaThreads) sh.slots[i] = 0u;
   __syncthreads();
-  for (int p = tid; p < P; p += kTmaThreads) atomicMin(&sh.first[sh.ids[p]], p);
+  for (int p = tid; p < P; p += kTmaThreads)
+    if (sh.ids[p] >= 0) atomicMin(&sh.first[sh.ids[p]], p);
   __syncthreads();
   for (int c = warp; c * 32 < P; c += kTmaThreads / 32) {
     const int p = c * 32 + lane;
-    const unsigned m = __ballot_sync(~0u, p < P && sh.first[sh.ids[p]] == p);
+    const unsigned m = __ballot_sync(~0u, p < P && sh.ids[p] >= 0 && sh.first[sh.ids[p]] == p);
     if (lane == 0) sh.mask[c] = m;
   }
   __syncthreads();
   int rank_of[2] = {-1, -1};  // distinct index of the first pairs tid, tid + kTmaThreads
   for (int r = 0; r < 2; ++r) {
     const int p = tid + r * kTmaThreads;
-    if (p < P && sh.first[sh.ids[p]] == p) {
+    if (p < P && sh.ids[p] >= 0 && sh.first[sh.ids[p]] == p) {
       int before = __popc(sh.mask[p / 32] & ((1u << (p % 32)) - 1u));
       for (int c = 0; c < p / 32; ++c) before += __popc(sh.mask[c]);
       rank_of[r] = before;
@@ -210,7 +216,8 @@ SMALLM_DEV void route(const MoeArgs& a, TmaShared& sh) {
   for (int r = 0; r < 2; ++r)
     if (rank_of[r] >= 0) sh.first[sh.ids[tid + r * kTmaThreads]] = rank_of[r];  // expert -> distinct index
   __syncthreads();
-  for (int p = tid; p < P; p += kTmaThreads) sh.slot[sh.first[sh.ids[p]] * a.T + p / a.K] = (signed char)(p % a.K);
+  for (int p = tid; p < P; p += kTmaThreads)
+    if (sh.ids[p] >= 0) atomicOr(&sh.slots[sh.first[sh.ids[p]] * a.T + p / a.K], 1u << (p % a.K));
   __syncthreads();
 }
 
@@ -341,24 +348,32 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       const int t = 4 * j + q;
-      const int sl = t < a.T ? sh.slot[u * a.T + t] : -1;
-      if (sl >= 0) {
+      unsigned m = t < a.T ? sh.slots[u * a.T + t] : 0u;  // every slot of token t naming this expert
+      if (m) {
         const float xi = sh.xinv[wg][t];
-        float* dst = part + ((size_t)s * P + t * a.K + sl) * 2 * a.I;
-        dst[i0] = (tot[4 * j] + 0.0625f * tot[4 * j + 1]) * xi;
-        dst[i0 + 8] = (tot[4 * j + 2] + 0.0625f * tot[4 * j + 3]) * xi;
+        const float g = (tot[4 * j] + 0.0625f * tot[4 * j + 1]) * xi, v = (tot[4 * j + 2] + 0.0625f * tot[4 * j + 3]) * xi;
+        for (; m; m &= m - 1u) {
+          float* dst = part + ((size_t)s * P + t * a.K + (__ffs(m) - 1)) * 2 * a.I;
+          dst[i0] = g;
+          dst[i0 + 8] = v;
+        }
       }
     }
   }
 #endif
 }
 
-// h[p][i] = silu(sum of the slices' gate) * (sum of their up), slices in order.
+// h[p][i] = silu(sum of the slices' gate) * (sum of their up), slices in order; 0 for a pair whose id
+// is no expert (the gate/up wrote no partials for it).
 __global__ void __launch_bounds__(256) smallm_tma_slice_sum_kernel(MoeArgs a) {
   const int P = a.T * a.K, S = a.D / kTmaSlice;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= P * a.I) return;
-  const int p = i / a.I, j = i % a.I;
+  const int p = i / a.I, j = i % a.I, id = a.topk_ids[p];
+  if (id < 0 || id >= a.E) {
+    a.h[i] = 0.0f;
+    return;
+  }
   const float* part = a.h + (size_t)P * a.I;
   float gs = 0.0f, us = 0.0f;
   for (int s = 0; s < S; ++s) {

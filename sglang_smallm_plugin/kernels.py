@@ -220,8 +220,11 @@ def _split_tokens_setting() -> int:
     return int(m.group(0)) if m else 0
 
 
-def _mma_over(T: int, K: int, D: int) -> str:
-    """Why a call does not fit one tensor-core call, in words (x's stage first)."""
+def _mma_over(T: int, K: int, D: int, fmt: str = FP8_BLOCK128) -> str:
+    """Why a call does not fit one tensor-core call, in words (D's steps first, then x's stage)."""
+    step = _mma_step_values(fmt)
+    if D % step or D // step > 64:
+        return f"D={D} is not 8 steps of {step} or fewer per warp"
     if T * D * 2 > X_STAGE_BYTES:
         return f"x as f16 is {T * D * 2} B, over the {X_STAGE_BYTES} B stage"
     return f"{T * K} pairs, over the {MMA_MAX_PAIRS} of a tensor-core call"
@@ -250,11 +253,11 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
     part = mma_split_tokens(fmt, T, K, D, forced_most)
     if envs.MMA_SPLIT.enabled() and 0 < part < T:
         parts = -(-T // part)
-        why = (_mma_over(T, K, D) if not _gateup_mma_fits(fmt, T, K, D)
+        why = (_mma_over(T, K, D, fmt) if not _gateup_mma_fits(fmt, T, K, D)
                else f"SMALLM_MMA_SPLIT_TOKENS={forced_most}")
         return f"{parts} calls of at most {part} tokens ({why}), each " + kernel_plan(arch, fmt, part, K, D, I, sms, layout)
     if not _gateup_mma_fits(fmt, T, K, D):
-        return (f"two-pass (variant 5): gate/up and down on CUDA cores ({_mma_over(T, K, D)}"
+        return (f"two-pass (variant 5): gate/up and down on CUDA cores ({_mma_over(T, K, D, fmt)}"
                 f"{': SMALLM_MMA_SPLIT=0' if part else ''})")
     forced = envs.GATEUP_TEAMS.get().strip()[:1]  # the launcher reads the first character
     tma_no = gateup_tma_why_not(arch, fmt, layout, T, K, D, I, sms or _device_sms())
