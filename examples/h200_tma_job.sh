@@ -1,9 +1,10 @@
 #!/bin/bash
-# One H200 job for the FP8 gate/up by TMA tiles on wgmma (hip/smallm_gateup_tma.h, SMALLM_GATEUP_TMA=1):
-# the package built for sm_90a; with the switch on, `sglang-smallm selftest` (moe: every shape, both
-# formats and layouts, SEEDS seeds at TOKENS; the TMA kernel takes the FP8 row-major calls, the rest run
-# as before) and its edge cases, compute-sanitizer memcheck at MEMTOKENS; `sglang-smallm bench` FP8
-# Qwen3.5 TP4/TP8 row-major at BENCH_TOKENS with the switch off, then on (ROUNDS=2: off, on, off, on);
+# One H200 job for the FP8 gate/up by TMA tiles on wgmma (hip/smallm_gateup_tma.h, SMALLM_GATEUP_TMA=1
+# or 2): the package built for sm_90a; for each switch value in MODES (default "1 2"), `sglang-smallm
+# selftest` (moe: every shape, SELFTEST_FORMATS, both layouts, SEEDS seeds at TOKENS; the TMA kernel
+# takes the FP8 row-major calls, the rest run as before) and its edge cases; compute-sanitizer memcheck
+# at MEMTOKENS with MEMMODE (default 2); `sglang-smallm bench` FP8 Qwen3.5 TP4/TP8 row-major at
+# BENCH_TOKENS with the switch 0, then each of MODES (ROUNDS=2: all of them twice);
 # with PROBE=1 (default) also the wgmma probe's TMA form with two and, where they fit, three stages
 # (examples/wgmma, tokens 1,2,4,8). The package's commands run from /tmp (from the checkout, python
 # would import its uncompiled sglang_smallm_plugin/). Summary last; every log packed into one file.
@@ -25,26 +26,34 @@ if [ "${PROBE:-1}" = 1 ] && [ -x /tmp/wgp ]; then
   done
 fi
 cd /tmp
+MODES=${MODES:-1 2}
 stamp selftest
-SMALLM_GATEUP_TMA=1 timeout 300 python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds "${SEEDS:-2}" \
-  --formats "${SELFTEST_FORMATS:-fp8_block128,mxfp4}" --tokens "$T" > "$OUT/selftest_moe_tma.log" 2>&1
-stamp bench
-runs="off on"; [ "${ROUNDS:-1}" = 2 ] && runs="off on off2 on2"
-for run in $runs; do
-  sw=0; [ "${run#on}" != "$run" ] && sw=1
-  SMALLM_GATEUP_TMA=$sw timeout 150 python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_$run" \
-    --shapes qwen35-tp4,qwen35-tp8 --layouts row_major --formats fp8_block128 --tokens "$BT" > "$OUT/bench_$run.log" 2>&1
+for m in $MODES; do
+  SMALLM_GATEUP_TMA=$m timeout 300 python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds "${SEEDS:-2}" \
+    --formats "${SELFTEST_FORMATS:-fp8_block128,mxfp4}" --tokens "$T" > "$OUT/selftest_moe_tma$m.log" 2>&1
+  SMALLM_GATEUP_TMA=$m timeout 60 python3 -m sglang_smallm_plugin.cli selftest --what edge \
+    --formats "${SELFTEST_FORMATS:-fp8_block128,mxfp4}" > "$OUT/selftest_edge_tma$m.log" 2>&1
 done
-SMALLM_GATEUP_TMA=1 timeout 60 python3 -m sglang_smallm_plugin.cli selftest --what edge > "$OUT/selftest_edge_tma.log" 2>&1
+stamp bench
+runs="0 $MODES"; [ "${ROUNDS:-1}" = 2 ] && runs="0 $MODES 0 $MODES"
+logs=""
+for m in $runs; do
+  log="$OUT/bench_m$m.log"; [ -e "$log" ] && log="$OUT/bench_m${m}_r2.log"
+  SMALLM_GATEUP_TMA=$m timeout 150 python3 -m sglang_smallm_plugin.cli bench --out "${log%.log}" \
+    --shapes qwen35-tp4,qwen35-tp8 --layouts row_major --formats fp8_block128 --tokens "$BT" > "$log" 2>&1
+  logs="$logs $log"
+done
 stamp memcheck
-SMALLM_GATEUP_TMA=1 timeout "${MEMCHECK_TIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
+SMALLM_GATEUP_TMA=${MEMMODE:-2} timeout "${MEMCHECK_TIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
   selftest --what moe --seeds 1 --shapes qwen35-tp4,minimax-m3 --formats fp8_block128 --layouts row_major \
   --tokens "${MEMTOKENS:-1,8}" > "$OUT/sanitize_tma.log" 2>&1
 stamp done
-tail -1 "$OUT/selftest_moe_tma.log"; grep -E " (FAIL|fail)" "$OUT/selftest_moe_tma.log" | head -5
-tail -1 "$OUT/selftest_edge_tma.log"
+for m in $MODES; do
+  echo "== SMALLM_GATEUP_TMA=$m"; tail -1 "$OUT/selftest_moe_tma$m.log"; grep -E " (FAIL|fail)" "$OUT/selftest_moe_tma$m.log" | head -5
+  grep -E "FAIL|edge cases:" "$OUT/selftest_edge_tma$m.log" | cut -c1-120
+  grep -E "row_major" "$OUT/selftest_moe_tma$m.log" | awk '{print $5}' | sort -g | tail -1 | sed 's/^/  worst row-major FP8 error: /'
+done
 grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize_tma.log"
-grep -m3 -iE "kernel plan|gate/up by TMA" "$OUT/bench_on.log"
 for f in "$OUT"/probe_tma_st*.log; do [ -e "$f" ] && { echo "== $(basename "$f")"; grep -E "^(TP|ALL|SOME)" "$f"; }; done
-python3 "$R/examples/tma_bench_table.py" $(for run in $runs; do echo "$OUT/bench_$run.log"; done)
+python3 "$R/examples/tma_bench_table.py" $logs
 pack

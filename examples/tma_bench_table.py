@@ -1,7 +1,6 @@
-"""One table from examples/h200_tma_job.sh's bench logs (`sglang-smallm bench`, the TMA gate/up switch off
-and on in alternating rounds): per (shape, T) each log's kernel us, the read floor of the first, and the
-switch-on time over the read floor and over switch-off (means of the rounds). Usage: python3
-tma_bench_table.py OFF.log ON.log [OFF2.log ON2.log ...] (logs alternate off, on)."""
+"""One table from examples/h200_tma_job.sh's bench logs (`sglang-smallm bench`, FP8): per (shape, T) each
+log's kernel us with its ratio to the read floor, and each later log's ratio to the first (the
+baseline, SMALLM_GATEUP_TMA=0). Usage: python3 tma_bench_table.py BASE.log OTHER.log..."""
 import re
 import sys
 from pathlib import Path
@@ -23,20 +22,14 @@ def read(path: Path) -> dict:
 
 def main(paths) -> None:
     logs = [read(p) for p in paths]
-    offs, ons = logs[0::2], logs[1::2]
     keys = sorted({k for log in logs for k in log})
-    print("shape        T  " + "  ".join(f"{p.stem:>9}" for p in paths) + "   floor   on/floor  on/off")
+    head = "  ".join(f"{p.stem:>16}" for p in paths) + "".join(f"  {p.stem + ' / ' + paths[0].stem:>22}" for p in paths[1:])
+    print(f"{'shape':<11} {'T':>2}  {head}")
     for key in keys:
-        cells = [f"{log[key][0]:9.1f}" if key in log else f"{'-':>9}" for log in logs]
-        off = [log[key][0] for log in offs if key in log]
-        on = [log[key][0] for log in ons if key in log]
-        floor = next((log[key][1] for log in logs if key in log), None)
-        tail = ""
-        if on and floor:
-            tail += f"  {floor:6.1f}  {sum(on) / len(on) / floor:8.2f}x"
-        if on and off:
-            tail += f"  {sum(on) / len(on) / (sum(off) / len(off)):6.3f}"
-        print(f"{key[0]:<11} {key[1]:>2}  " + "  ".join(cells) + tail)
+        cells = [f"{log[key][0]:7.1f} ({log[key][0] / log[key][1]:4.2f}x)" if key in log else f"{'-':>16}" for log in logs]
+        base = logs[0].get(key)
+        ratios = [f"{log[key][0] / base[0]:22.3f}" if key in log and base else f"{'-':>22}" for log in logs[1:]]
+        print(f"{key[0]:<11} {key[1]:>2}  " + "  ".join(cells) + "".join(f"  {r}" for r in ratios))
 
 
 if __name__ == "__main__":

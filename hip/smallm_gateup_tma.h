@@ -18,11 +18,19 @@
 //     every warp of the warpgroup has waited for the MMAs that read it.
 //   - x: hi = e4m3(x s), lo = e4m3(16 (x s - hi)), s = 2^(7 - floor(log2 max |x|)) over the slice: the
 //     two parts hold x to ~2^-8 relative with FP8 MMAs; the partial sums are multiplied by 1 / s.
-//   - Per job: 16 wgmma m64nNk32 (A and B from shared memory), one accumulator per 128-wide K block,
-//     one commit, one wait, then the gate and up block scales in fp32.
+//   - Per job: 16 wgmma m64nNk32 (A and B from shared memory). kStepSums false: one accumulator per
+//     128-wide K block, one commit, one wait, then the gate and up block scales in fp32 ("h200-tma" runs
+//     1-2: errors 8-9.7e-4, 1.07e-3 in the wide_scales edge case, where x's two e4m3 parts hold bf16 x
+//     exactly (a CPU emulation), so the FP8 sums kept inside the tensor core over 128 k are the cause).
+//     kStepSums true: a fresh accumulator per 32-k step, added in fp32 (four commits and waits per job,
+//     one per K block, with its four steps' accumulators). Not measured yet.
 //   - Each job writes its slice's partial gate and up sums of the pairs routed to its expert into the
 //     workspace after h ([S][pairs][2I] fp32); smallm_tma_slice_sum adds the slices in order
-//     (deterministic) and writes h = silu(gate) * up, which the down kernels read as before.
+//     (deterministic) and writes h = silu(gate) * up, which the down kernels read as before. The slice
+//     sum is a programmatic dependent of the gate/up (which lets it launch at once), and lets the down
+//     launch at once too: the down's blocks take SMs as gate/up blocks leave and load their W2 before
+//     their grid wait, as they did behind the mma.sync gate/up (set up after "h200-tma" run 1, where the
+//     down followed a plainly launched slice sum; not measured yet).
 #pragma once
 
 #include "smallm_moe.h"
@@ -225,11 +233,12 @@ SMALLM_DEV void route(const MoeArgs& a, TmaShared& sh) {
 
 // The gate/up (see the top of this file). Partial sums into a.h + pairs I; grid: G = 2 gridDim.x
 // warpgroups, a multiple of the slices S = D / 512 (the launcher checks this and every other limit).
-template <int NT>
+template <int NT, bool kStepSums>
 __global__ void __launch_bounds__(kTmaThreads, 1)
     smallm_gateup_tma_kernel(const __grid_constant__ CUtensorMap w13_map, MoeArgs a) {
 #if defined(SMALLM_SM90_TMA)
   using namespace tma;
+  grid_dependents_launch();  // the slice sum may launch now (it waits for this grid before reading)
   constexpr int NB = NT * 128, kXBytes = kTmaSlice * 8 * NT, kBlocks = kTmaSlice / 128;
   extern __shared__ __align__(128) uint8_t smem[];
   TmaShared& sh = *reinterpret_cast<TmaShared*>(smem);
@@ -313,33 +322,52 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     const int st = n % kTmaStages, u = job / (C * S), c = (job / S) % C;
     while (!mbar_done(saddr(&sh.full[wg][st]), (n / kTmaStages) & 1)) {
     }
-    float acc[kBlocks][4 * NT];
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-    for (int kb = 0; kb < kBlocks; ++kb)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const uint64_t ad = desc_sw128(ring + st * kTmaJobBytes + kb * 8192 + 32 * k);
-        const uint64_t bd = desc_plain(bbase + (4 * kb + k) * 2 * NB, NB, 128);
-        if (k == 0) {
-          mma<NT, false>(acc[kb], ad, bd);
-        } else {
-          mma<NT, true>(acc[kb], ad, bd);
-        }
-      }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-    for (int kb = 0; kb < kBlocks; ++kb) hold(acc[kb]);
     const int half = w >> 1;  // warps 0-1: gate rows, 2-3: up rows
     float tot[4 * NT];
 #pragma unroll
     for (int i = 0; i < 4 * NT; ++i) tot[i] = 0.0f;
+    if constexpr (!kStepSums) {  // one accumulator per K block, one wait per job
+      float acc[kBlocks][4 * NT];
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-    for (int kb = 0; kb < kBlocks; ++kb) {
-      const float sc = sh.scale[wg][st][4 * half + kb];
+      for (int kb = 0; kb < kBlocks; ++kb)
 #pragma unroll
-      for (int i = 0; i < 4 * NT; ++i) tot[i] = fmaf(acc[kb][i], sc, tot[i]);
+        for (int k = 0; k < 4; ++k) {
+          const uint64_t ad = desc_sw128(ring + st * kTmaJobBytes + kb * 8192 + 32 * k);
+          const uint64_t bd = desc_plain(bbase + (4 * kb + k) * 2 * NB, NB, 128);
+          if (k == 0) {
+            mma<NT, false>(acc[kb], ad, bd);
+          } else {
+            mma<NT, true>(acc[kb], ad, bd);
+          }
+        }
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+      for (int kb = 0; kb < kBlocks; ++kb) hold(acc[kb]);
+#pragma unroll
+      for (int kb = 0; kb < kBlocks; ++kb) {
+        const float sc = sh.scale[wg][st][4 * half + kb];
+#pragma unroll
+        for (int i = 0; i < 4 * NT; ++i) tot[i] = fmaf(acc[kb][i], sc, tot[i]);
+      }
+    } else {  // a fresh accumulator per 32-k step, the K block's four added in fp32, one wait per K block
+#pragma unroll
+      for (int kb = 0; kb < kBlocks; ++kb) {
+        float acc[4][4 * NT];
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          mma<NT, false>(acc[k], desc_sw128(ring + st * kTmaJobBytes + kb * 8192 + 32 * k),
+                         desc_plain(bbase + (4 * kb + k) * 2 * NB, NB, 128));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+        for (int k = 0; k < 4; ++k) hold(acc[k]);
+        const float sc = sh.scale[wg][st][4 * half + kb];
+#pragma unroll
+        for (int i = 0; i < 4 * NT; ++i) tot[i] = fmaf((acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]), sc, tot[i]);
+      }
     }
     wg_barrier(wg);  // every warp has waited for the MMAs reading this stage and read its scales: refill
     if (wt == 0) issue(n + kTmaStages);
@@ -366,6 +394,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 // h[p][i] = silu(sum of the slices' gate) * (sum of their up), slices in order; 0 for a pair whose id
 // is no expert (the gate/up wrote no partials for it).
 __global__ void __launch_bounds__(256) smallm_tma_slice_sum_kernel(MoeArgs a) {
+  grid_dependents_launch();  // the down may launch now: it loads W2, then waits for this grid
+  grid_dependency_wait();    // the gate/up's partial sums written
   const int P = a.T * a.K, S = a.D / kTmaSlice;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= P * a.I) return;

@@ -38,11 +38,15 @@ SMALLM_MMA(kMxfp4, kRowMajor)
 SMALLM_MMA(kMxfp4, kShuffle16x16)
 #undef SMALLM_MMA
 #undef SMALLM_MMA_DOWN
-template __global__ void smallm_gateup_tma_kernel<1>(const __grid_constant__ CUtensorMap, MoeArgs);
-template __global__ void smallm_gateup_tma_kernel<2>(const __grid_constant__ CUtensorMap, MoeArgs);
-template __global__ void smallm_gateup_tma_kernel<3>(const __grid_constant__ CUtensorMap, MoeArgs);
-template __global__ void smallm_gateup_tma_kernel<4>(const __grid_constant__ CUtensorMap, MoeArgs);
-template __global__ void smallm_gateup_tma_kernel<5>(const __grid_constant__ CUtensorMap, MoeArgs);
+#define SMALLM_TMA(NT)                                                                               \
+  template __global__ void smallm_gateup_tma_kernel<NT, false>(const __grid_constant__ CUtensorMap, MoeArgs); \
+  template __global__ void smallm_gateup_tma_kernel<NT, true>(const __grid_constant__ CUtensorMap, MoeArgs);
+SMALLM_TMA(1)
+SMALLM_TMA(2)
+SMALLM_TMA(3)
+SMALLM_TMA(4)
+SMALLM_TMA(5)
+#undef SMALLM_TMA
 template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 1>(MoeArgs);
@@ -370,7 +374,15 @@ int launch_gateup_mma_teams(const smallm::MoeArgs& a, gpuStream_t stream) {
 #if !defined(SMALLM_HIP)
 // FP8 row-major gate/up by TMA tiles and wgmma (smallm_gateup_tma.h; sm_90a builds on compute capability
 // 9.x), then smallm_tma_slice_sum_kernel writes h. SMALLM_GATEUP_TMA=1 takes it wherever it fits
-// (gateup_tma_fits); unset or 0, the mma.sync gate/up runs as before.
+// (gateup_tma_fits) with fp32 promotion per 128-wide K block, =2 per 32-k step; unset or 0, the mma.sync
+// gate/up runs as before.
+int gateup_tma_mode() {
+  static const int mode = [] {
+    const char* v = getenv("SMALLM_GATEUP_TMA");
+    return v && (v[0] == '1' || v[0] == '2') ? v[0] - '0' : 0;
+  }();
+  return mode;
+}
 using TmaEncode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -412,12 +424,8 @@ bool gateup_tma_device(int& sms, int& smem_optin) {  // compute capability 9.x, 
 }
 bool gateup_tma_fits(const smallm::MoeArgs& a) {
   using namespace smallm;
-  static const bool on = [] {
-    const char* v = getenv("SMALLM_GATEUP_TMA");
-    return v && v[0] == '1';
-  }();
   int sms = 0, optin = 0;
-  if (!on || !gateup_tma_device(sms, optin)) return false;
+  if (!gateup_tma_mode() || !gateup_tma_device(sms, optin)) return false;
   if (a.T > kTmaMaxTokens || a.T * a.K > kTmaMaxPairs || a.E > kMaxExperts) return false;
   if (a.D % kTmaSlice || a.I % 128 || (long)a.E * 2 * a.I > 0x7fffffffL || gateup_tma_grid(a.D, sms) == 0) return false;
   if ((long)a.T * a.K * a.I + tma_partial_words(a.T, a.K, a.D, a.I) > h_words(a.D, a.I)) return false;
@@ -427,7 +435,8 @@ bool gateup_tma_fits(const smallm::MoeArgs& a) {
 }
 int launch_gateup_tma(const smallm::MoeArgs& a, gpuStream_t stream) {
   using namespace smallm;
-  static int raised[kTmaMaxTokens / 4 + 1][kMaxDevices] = {};
+  static int raised[2][kTmaMaxTokens / 4 + 1][kMaxDevices] = {};
+  const bool steps = gateup_tma_mode() == 2;
   int dev = 0, sms = 0;
   if (const int err = current_device_sms(dev, sms)) return err;
   const int grid = gateup_tma_grid(a.D, sms), nt = (a.T + 3) / 4, smem = (int)tma_gateup_smem_bytes(a.T);
@@ -440,22 +449,29 @@ int launch_gateup_tma(const smallm::MoeArgs& a, gpuStream_t stream) {
                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
     return 8;
   auto run = [&](auto kernel) {
-    if (const int err = allow_dynamic_smem(kernel, raised[nt], smem)) return err;
+    if (const int err = allow_dynamic_smem(kernel, raised[steps][nt], smem)) return err;
     kernel<<<grid, kTmaThreads, smem, stream>>>(map, a);
     return (int)GPU(GetLastError)();
   };
   int err = 0;
-  switch (nt) {
-    case 1: err = run(smallm_gateup_tma_kernel<1>); break;
-    case 2: err = run(smallm_gateup_tma_kernel<2>); break;
-    case 3: err = run(smallm_gateup_tma_kernel<3>); break;
-    case 4: err = run(smallm_gateup_tma_kernel<4>); break;
-    default: err = run(smallm_gateup_tma_kernel<5>); break;
+  switch (nt * 2 + (steps ? 1 : 0)) {
+    case 2: err = run(smallm_gateup_tma_kernel<1, false>); break;
+    case 3: err = run(smallm_gateup_tma_kernel<1, true>); break;
+    case 4: err = run(smallm_gateup_tma_kernel<2, false>); break;
+    case 5: err = run(smallm_gateup_tma_kernel<2, true>); break;
+    case 6: err = run(smallm_gateup_tma_kernel<3, false>); break;
+    case 7: err = run(smallm_gateup_tma_kernel<3, true>); break;
+    case 8: err = run(smallm_gateup_tma_kernel<4, false>); break;
+    case 9: err = run(smallm_gateup_tma_kernel<4, true>); break;
+    case 10: err = run(smallm_gateup_tma_kernel<5, false>); break;
+    default: err = run(smallm_gateup_tma_kernel<5, true>); break;
   }
   if (err) return err;
-  const int n = a.T * a.K * a.I;
-  smallm_tma_slice_sum_kernel<<<(n + 255) / 256, 256, 0, stream>>>(a);
-  return (int)GPU(GetLastError)();
+  // the slice sum as a programmatic dependent of the gate/up (unless SMALLM_PDL=0), whose blocks wait
+  // for it (griddepcontrol.wait); the down follows as the slice sum's dependent (launch_dependent)
+  MoeArgs b = a;
+  b.nblocks = (a.T * a.K * a.I + 255) / 256;
+  return launch_dependent(smallm_tma_slice_sum_kernel, b, 0, stream);
 }
 #endif
 

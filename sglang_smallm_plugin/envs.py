@@ -67,9 +67,10 @@ MMA_SPLIT_TOKENS = Switch("SMALLM_MMA_SPLIT_TOKENS", "",
 GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     "experiment (CUDA sm_90a, FP8 row-major, tensor-core calls): 1 runs the gate/up as TMA tiles of W13 "
                     "on wgmma (hip/smallm_gateup_tma.h: up to 20 tokens and 320 token-slot pairs, D a multiple of 512), "
-                    "then a kernel summing its K slices into h; 0 the mma.sync gate/up (the default). Not for serving: "
-                    "slower end to end at 1-16 tokens and over the 1e-3 tolerance in the wide_scales edge case "
-                    "(examples/results \"h200-tma\")")
+                    "its FP8 sums promoted to fp32 per 128-wide K block, then a kernel summing its K slices into h; 2 the "
+                    "same promoting per 32-k step (not measured yet); 0 the mma.sync gate/up (the default). Not for "
+                    "serving: 1 was slower end to end at 1-16 tokens and over the 1e-3 tolerance in the wide_scales "
+                    "edge case (examples/results \"h200-tma\")")
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH,
        GATEUP_TEAMS, DOWN_TEAMS, DOWN_LO8, DOWN_RING, MMA_SPLIT, MMA_SPLIT_TOKENS, GATEUP_TMA)
 

@@ -183,7 +183,7 @@ def gateup_tma_why_not(arch: str, fmt: str, layout: str, T: int, K: int, D: int,
     device checks it also makes, compute capability 9.x and the driver's encoder, are assumed)."""
     from . import envs
 
-    if envs.GATEUP_TMA.get().strip()[:1] != "1":
+    if envs.GATEUP_TMA.get().strip()[:1] not in ("1", "2"):
         return "SMALLM_GATEUP_TMA unset"
     if arch != "sm_90a":
         return f"a {arch} build (TMA gate/up: sm_90a only)"
@@ -262,8 +262,9 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
     forced = envs.GATEUP_TEAMS.get().strip()[:1]  # the launcher reads the first character
     tma_no = gateup_tma_why_not(arch, fmt, layout, T, K, D, I, sms or _device_sms())
     if not tma_no:
-        gateup = ("gate/up by TMA tiles on wgmma (SMALLM_GATEUP_TMA=1: experiment), its K slices summed into h by "
-                  "a second kernel")
+        mode = envs.GATEUP_TMA.get().strip()[:1]
+        gateup = (f"gate/up by TMA tiles on wgmma (SMALLM_GATEUP_TMA={mode}: experiment; FP8 sums to fp32 per "
+                  f"{'32-k step' if mode == '2' else '128-wide K block'}), its K slices summed into h by a second kernel")
     elif forced in ("1", "2"):
         gateup = (f"gate/up on tensor cores ({forced} team{'s' if forced == '2' else ''} per block: "
                   f"SMALLM_GATEUP_TEAMS={forced})")

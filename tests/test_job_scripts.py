@@ -102,3 +102,19 @@ def test_wgmma_summary_puts_settings_side_by_side(tmp_path):
     assert "55.0 (1.39x)" in rows[("TP4", "8")] and "41.0 (1.04x)" in rows[("TP4", "8")]
     assert "50.1 (1.17x)!" in rows[("TP8", "20")] and rows[("TP4", "1")].count("-") == 2
     assert lines[-1].startswith("!:")
+
+
+def test_tma_bench_table_sets_modes_side_by_side(tmp_path):
+    """examples/tma_bench_table.py (examples/h200_tma_job.sh's summary): a column per bench log with its floor
+    ratio, and each later log over the first, from "h200-tma" run 1's logs; a row a log lacks is "-"."""
+    run1 = ROOT / "examples" / "results" / "h200-tma" / "run1"
+    short = tmp_path / "bench_m2.log"
+    short.write_text("qwen35-tp4     fp8_block128 row_major    T=  8 distinct=  76.4    240.4 MB kernel    "
+                     "62.0 us  read floor    55.5 us (1.12x)  roofline    56.7 us    80%  [plan]\n")
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "tma_bench_table.py"), str(run1 / "bench_off.log"),
+                        str(run1 / "bench_on.log"), str(short)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rows = {tuple(line.split()[:2]): line for line in r.stdout.splitlines()[1:]}
+    assert len(rows) == 14  # Qwen3.5 TP4 and TP8 at 1, 2, 4, 8, 12, 16, 20 tokens
+    assert rows[("qwen35-tp4", "8")].split()[2:] == ["71.0", "(1.28x)", "83.5", "(1.50x)", "62.0", "(1.12x)", "1.176", "0.873"]
+    assert rows[("qwen35-tp8", "1")].split()[-2:] == ["1.484", "-"]

@@ -194,7 +194,8 @@ def test_tma_gateup_kernels_take_tiles_and_wgmma(sm90a_ptx):
     weights (the 8 cvt, one per bf16 pair of a 16-value unit, are x's hi parts read back for the lo
     parts). The slice sum is a plain kernel."""
     tma = {n: b for n, b in sm90a_ptx.items() if "smallm_gateup_tma_kernel" in n}
-    assert sorted(int(re.search(r"ILi(\d)E", n).group(1)) for n in tma) == [1, 2, 3, 4, 5], sorted(sm90a_ptx)
+    kinds = sorted(tuple(map(int, re.search(r"ILi(\d)ELb(\d)E", n).groups())) for n in tma)
+    assert kinds == [(nt, step) for nt in (1, 2, 3, 4, 5) for step in (0, 1)], sorted(sm90a_ptx)
     for name, body in tma.items():
         nt = int(re.search(r"ILi(\d)E", name).group(1))
         assert body.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes") >= 1, name
@@ -204,7 +205,14 @@ def test_tma_gateup_kernels_take_tiles_and_wgmma(sm90a_ptx):
         assert ss, name
         assert "wgmma.wait_group.sync.aligned 0" in body and "fence.proxy.async.shared::cta" in body, name
         assert "mma.sync" not in body and body.count("cvt.rn.f16x2.e4m3x2") == 8, name
-    assert any("smallm_tma_slice_sum_kernel" in n for n in sm90a_ptx)
+        # kStepSums (SMALLM_GATEUP_TMA=2): every wgmma starts a fresh accumulator (scale-d predicate
+        # false), one commit per K block; else the K block's first step only, one commit per job
+        fresh = len(re.findall(r"setp\.ne\.b32\s+p, 0, 0;", body))  # (the wgmma's own predicate p)
+        step = int(re.search(r"ILi\dELb(\d)E", name).group(1))
+        assert (fresh, body.count("wgmma.commit_group.sync.aligned")) == ((16, 4) if step else (4, 1)), name
+        assert "griddepcontrol.launch_dependents" in body, name
+    sums = [b for n, b in sm90a_ptx.items() if "smallm_tma_slice_sum_kernel" in n]
+    assert len(sums) == 1 and "griddepcontrol.wait" in sums[0] and "griddepcontrol.launch_dependents" in sums[0]
 
 
 @pytest.mark.parametrize("kernel,f16_scales,lane_scales", [

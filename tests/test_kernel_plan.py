@@ -339,3 +339,10 @@ def test_gateup_tma_plan(env):
     assert "TMA" not in plan("fp8_block128", 8, arch="sm_90")
     assert kernels.gateup_tma_why_not("sm_90a", "fp8_block128", kernels.ROW_MAJOR, 8, 11, 4160, 256, 132).startswith("D=4160")
     assert kernels.gateup_tma_why_not("sm_90a", "fp8_block128", kernels.ROW_MAJOR, 8, 11, 4096, 256, 132) == ""
+    assert "per 128-wide K block" in plan("fp8_block128", 8)
+    env.setenv("SMALLM_GATEUP_TMA", "2")
+    assert "SMALLM_GATEUP_TMA=2" in plan("fp8_block128", 8) and "per 32-k step" in plan("fp8_block128", 8)
+    env.setenv("SMALLM_GATEUP_TMA", "3")  # the launcher takes 1 and 2 only
+    assert "TMA" not in plan("fp8_block128", 8)
+    text = (HIP / "smallm_moe.hip").read_text()
+    assert "return v && (v[0] == '1' || v[0] == '2') ? v[0] - '0' : 0;" in text
