@@ -5,8 +5,8 @@
 # takes the FP8 row-major calls, the rest run as before) and its edge cases; compute-sanitizer memcheck
 # at MEMTOKENS with MEMMODE (default 2); `sglang-smallm bench` FP8 Qwen3.5 TP4/TP8 row-major at
 # BENCH_TOKENS with the switch 0, then each of MODES (ROUNDS=2: all of them twice);
-# with PROBE=1 (default) also the wgmma probe's TMA form with two and, where they fit, three stages
-# (examples/wgmma, tokens 1,2,4,8). The package's commands run from /tmp (from the checkout, python
+# with PROBE=1 (default) also the wgmma probe with PROBE_TMA=1 (the package's TMA gate/up alone beside
+# the W13 read floor, tokens 1,2,4,8,16,20: examples/wgmma). The package's commands run from /tmp (from the checkout, python
 # would import its uncompiled sglang_smallm_plugin/). Summary last; every log packed into one file.
 # Example: PROBE=0 bash examples/h200_tma_job.sh   (no carry needed)
 source examples/h200_common.sh
@@ -21,9 +21,7 @@ build
 wait
 if [ "${PROBE:-1}" = 1 ] && [ -x /tmp/wgp ]; then
   stamp probe
-  for st in 2 3; do
-    PROBE_TMA=1 PROBE_STAGES=$st timeout 40 /tmp/wgp 1,2,4,8 > "$OUT/probe_tma_st$st.log" 2>&1
-  done
+  PROBE_TMA=1 timeout 40 /tmp/wgp 1,2,4,8,16,20 > "$OUT/probe_tma.log" 2>&1
 fi
 cd /tmp
 MODES=${MODES:-1 2}
@@ -54,6 +52,6 @@ for m in $MODES; do
   grep -E "row_major" "$OUT/selftest_moe_tma$m.log" | awk '{print $5}' | sort -g | tail -1 | sed 's/^/  worst row-major FP8 error: /'
 done
 grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize_tma.log"
-for f in "$OUT"/probe_tma_st*.log; do [ -e "$f" ] && { echo "== $(basename "$f")"; grep -E "^(TP|ALL|SOME)" "$f"; }; done
+[ -e "$OUT/probe_tma.log" ] && { echo "== probe, PROBE_TMA=1"; grep -E "^(TP|ALL|SOME)" "$OUT/probe_tma.log"; }
 python3 "$R/examples/tma_bench_table.py" $logs
 pack

@@ -3,8 +3,7 @@
 # the A operand's registers): build it with nvcc for sm_90a (ptxas report in build.log), run it at
 # TOKENS (default 1,4,8,12,16,20) once per RUNS entry MODE:PREFETCH[:DEPTH[:XPREP[:XSUB[:SHUFFLE[:RING[:TMA]]]]]]
 # (default "0:0", the probe as described; its header explains PROBE_MODE, PROBE_PREFETCH, PROBE_DEPTH,
-# PROBE_XPREP, PROBE_XSUB, PROBE_SHUFFLE, PROBE_TMA; RING n > 0 sets PROBE_RING=1 PROBE_STAGES=n; with
-# RING 0, PROBE_STAGES=$STAGES, default 2, the TMA form's stages), and with
+# PROBE_XPREP, PROBE_XSUB, PROBE_SHUFFLE, PROBE_TMA; RING n > 0 sets PROBE_RING=1 PROBE_STAGES=n), and with
 # TIMELINE=1 the package's own kernels through the timeline harness (examples/timeline, FP8, TP4 and TP8
 # at TLTOKENS, default 8,16,20), whose "gate/up job 5+ done" max is the committed gate/up's end to set
 # beside the probe. PROBE_TIMEOUT: seconds per probe run (default 60; a run takes ~10).
@@ -26,9 +25,8 @@ for run in ${RUNS:-0:0}; do
   [ "$sh" = 1 ] && log="${log%.log}_w1.log"
   [ "$rg" != 0 ] && log="${log%.log}_r${rg}.log"
   [ "$tm" = 1 ] && log="${log%.log}_t1.log"
-  [ "$tm" = 1 ] && [ "${STAGES:-2}" != 2 ] && log="${log%.log}_st${STAGES}.log"
   [ -e "$log" ] && log="${log%.log}_again.log"
-  PROBE_MODE=$mode PROBE_PREFETCH=$pf PROBE_DEPTH=$depth PROBE_XPREP=$xp PROBE_XSUB=$xs PROBE_SHUFFLE=$sh PROBE_RING=$([ "$rg" != 0 ] && echo 1 || echo 0) PROBE_STAGES=${rg/#0/${STAGES:-2}} PROBE_TMA=$tm timeout "${PROBE_TIMEOUT:-60}" /tmp/wgp "${TOKENS:-1,4,8,12,16,20}" > "$log" 2>&1
+  PROBE_MODE=$mode PROBE_PREFETCH=$pf PROBE_DEPTH=$depth PROBE_XPREP=$xp PROBE_XSUB=$xs PROBE_SHUFFLE=$sh PROBE_RING=$([ "$rg" != 0 ] && echo 1 || echo 0) PROBE_STAGES=$rg PROBE_TMA=$tm timeout "${PROBE_TIMEOUT:-60}" /tmp/wgp "${TOKENS:-1,4,8,12,16,20}" > "$log" 2>&1
   echo "probe rc=$?" >> "$log"
 done
 if [ "${TIMELINE:-0}" = 1 ]; then

@@ -183,16 +183,18 @@ SMALLM_DEV void split_pair(uint32_t word, float sc, uint32_t& hi2, uint32_t& lo2
 #endif
 }
 
-// Every block: the distinct experts in first-occurrence order (sh.uni, sh.nu) and, per (distinct expert,
-// token), the token's slots routed there (sh.slots: a token may name an expert in several slots). Ids
-// outside [0, E) (SGLang's expert-parallel -1) are no expert: their pairs are skipped here and get h = 0
-// from the slice sum. Ends with a block barrier.
-SMALLM_DEV void route(const MoeArgs& a, TmaShared& sh) {
-  const int tid = threadIdx.x, P = a.T * a.K, lane = tid % 32, warp = tid / 32;
-  for (int e = tid; e < a.E; e += kTmaThreads) sh.first[e] = 0x7fffffff;
+// Every block of kTmaThreads threads: the distinct experts in first-occurrence order (sh.uni, sh.nu) and,
+// per (distinct expert, token), the token's slots routed there (sh.slots: a token may name an expert in
+// several slots). Ids outside [0, E) (SGLang's expert-parallel -1) are no expert: their pairs are skipped
+// here and get h = 0 from the slice sum. Ends with a block barrier. Sh: TmaShared, or a struct with the
+// same routing fields (the wgmma probe's, examples/wgmma).
+template <class Sh>
+SMALLM_DEV void route(const int32_t* topk_ids, int T, int K, int E, Sh& sh) {
+  const int tid = threadIdx.x, P = T * K, lane = tid % 32, warp = tid / 32;
+  for (int e = tid; e < E; e += kTmaThreads) sh.first[e] = 0x7fffffff;
   for (int p = tid; p < P; p += kTmaThreads) {
-    const int id = a.topk_ids[p];
-    sh.ids[p] = id >= 0 && id < a.E ? id : -1;
+    const int id = topk_ids[p];
+    sh.ids[p] = id >= 0 && id < E ? id : -1;
   }
   for (int i = tid; i < kTmaMaxPairs * kTmaMaxTokens; i += kTmaThreads) sh.slots[i] = 0u;
   __syncthreads();
@@ -225,7 +227,7 @@ SMALLM_DEV void route(const MoeArgs& a, TmaShared& sh) {
     if (rank_of[r] >= 0) sh.first[sh.ids[tid + r * kTmaThreads]] = rank_of[r];  // expert -> distinct index
   __syncthreads();
   for (int p = tid; p < P; p += kTmaThreads)
-    if (sh.ids[p] >= 0) atomicOr(&sh.slots[sh.first[sh.ids[p]] * a.T + p / a.K], 1u << (p % a.K));
+    if (sh.ids[p] >= 0) atomicOr(&sh.slots[sh.first[sh.ids[p]] * T + p / K], 1u << (p % K));
   __syncthreads();
 }
 
@@ -251,7 +253,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(saddr(&sh.full[wg][i])) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  route(a, sh);  // its block barriers also publish the stage barriers' initialisation
+  route(a.topk_ids, a.T, a.K, a.E, sh);  // its block barriers also publish the stage barriers' initialisation
   const int P = a.T * a.K, S = a.D / kTmaSlice, C = a.I / 32, G = gridDim.x * kTmaWarpgroups;
   const int njobs = sh.nu * C * S, job0 = blockIdx.x * kTmaWarpgroups + wg, s = job0 % S;
   float* part = a.h + (size_t)P * a.I;  // [S][P][2I]

@@ -1,7 +1,7 @@
 """One table from the wgmma probe's logs (examples/h200_wgmma_job.sh writes one log per run setting):
 per (shape, tokens), each setting's gate/up us and its ratio to the W13 read floor of the same run,
 a failed numerics check marked. Usage: python3 summarize.py LOG... (names probe_m<mode>_p<prefetch>
-_d<depth>_x<xprep>[_s1][_w1][_r<stages>][_t1][_st<stages>][_again].log; any other name is its own column)."""
+_d<depth>_x<xprep>[_s1][_w1][_r<stages>][_t1][_again].log; any other name is its own column)."""
 import re
 import sys
 from pathlib import Path
@@ -10,12 +10,12 @@ ROW = re.compile(r"^(TP\d)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([
 
 
 def column(path: Path) -> str:
-    m = re.match(r"probe_m(\d)_p(\d)_d(\d)_x(\d)(_s1)?(_w1)?(?:_r(\d))?(_t1)?(?:_st(\d))?(_again)?$", path.stem)
+    m = re.match(r"probe_m(\d)_p(\d)_d(\d)_x(\d)(_s1)?(_w1)?(?:_r(\d))?(_t1)?(_again)?$", path.stem)
     if not m:
         return path.stem
-    mode, pf, depth, xp, xsub, shuffled, ring, tma, stages, again = m.groups()
+    mode, pf, depth, xp, xsub, shuffled, ring, tma, again = m.groups()
     parts = [f"mode {mode}" if mode != "0" else "", "pf" if pf == "1" else "", "2 ahead" if depth == "3" else "",
-             "xprep" if xp == "1" else "", "xsub" if xsub else "", "shuffled" if shuffled else "", f"ring {ring}" if ring else "", "tma" if tma else "", f"{stages} stages" if stages else "", "again" if again else ""]
+             "xprep" if xp == "1" else "", "xsub" if xsub else "", "shuffled" if shuffled else "", f"ring {ring}" if ring else "", "tma" if tma else "", "again" if again else ""]
     return " ".join(p for p in parts if p) or "as run 1"
 
 

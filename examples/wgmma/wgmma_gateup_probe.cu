@@ -66,6 +66,7 @@
 
 
 #include "../probe_common.cuh"
+#include "../../hip/smallm_gateup_tma.h"  // the package's routing and TMA gate/up
 
 constexpr int kWG = 2;                 // warpgroups per block
 constexpr int kThreads = 128 * kWG;
@@ -91,7 +92,7 @@ struct Args {
   uint8_t* xb;             // [D * 8 NT] (xprep)
   float* xinv;             // [T] (xprep)
   int shuffle;             // 1: W13 in AITER's (16, 16) shuffled layout (w13_offset), 0 row-major
-  const CUtensorMap* tmap;  // host: the W13 tensor map tma_gateup gets as a kernel parameter
+  const CUtensorMap* tmap;  // host: the W13 tensor map the TMA gate/up gets as a kernel parameter
   int xsub;                // 1: each warpgroup stages only its own K slice of x, with its own per-token scales
                            // (a warpgroup's jobs all share one slice when the grid's warpgroups are a multiple
                            // of the slices: the host checks)
@@ -244,8 +245,11 @@ struct Shared {
   int first[kMaxE];          // first pair of each expert, then (for first pairs) its distinct index
   int uni[kMaxPairs];        // distinct experts, first-occurrence order
   unsigned mask[kMaxPairs / 32];  // first pairs of each 32
-  signed char slot[kMaxPairs * kMaxT];  // [u][t]: the slot of token t routed to distinct expert u, or -1
+  unsigned slots[kMaxPairs * kMaxT];  // [u][t]: bit k set where token t's slot k is distinct expert u
 };
+static_assert(kMaxPairs == smallm::kTmaMaxPairs && kMaxT == smallm::kTmaMaxTokens && kMaxE == smallm::kMaxExperts &&
+                  kThreads == smallm::kTmaThreads,
+              "the package's routing (smallm::tma::route) sizes");
 
 template <int kSlice>
 struct Loads {  // one job's registers: 64-byte pieces of its K slice, a thread's 16 bytes of each
@@ -362,44 +366,13 @@ __global__ void __launch_bounds__(kThreads) x_prepare(Args a) {
   for (int v = threadIdx.x; v < a.D / 16; v += kThreads) put_x_unit<NT>(a.xb, a.x, a.D, a.T, t, 16 * v, xinv);
 }
 
-// Every block: the distinct experts of the call in first-occurrence order (sh.uni, sh.nu) and each
-// pair's slot per (distinct expert, token) (sh.slot, -1 where the token is not routed there).
-__device__ __forceinline__ void route_pairs(const Args& a, Shared& sh) {
-  const int tid = threadIdx.x, P = a.T * a.K;
-  for (int e = tid; e < a.E; e += kThreads) sh.first[e] = INT_MAX;
-  for (int p = tid; p < P; p += kThreads) sh.ids[p] = a.ids[p];
-  for (int i = tid; i < kMaxPairs * kMaxT / 4; i += kThreads) reinterpret_cast<int*>(sh.slot)[i] = -1;
-  __syncthreads();
-  for (int p = tid; p < P; p += kThreads) atomicMin(&sh.first[sh.ids[p]], p);
-  __syncthreads();
-  const int lane = tid % 32, warp = tid / 32;
-  for (int c = warp; c * 32 < P; c += kThreads / 32) {
-    const int p = c * 32 + lane;
-    const unsigned m = __ballot_sync(~0u, p < P && sh.first[sh.ids[p]] == p);
-    if (lane == 0) sh.mask[c] = m;
-  }
-  __syncthreads();
-  int rank_of[2] = {-1, -1};  // distinct index of the first pairs tid, tid + kThreads
-  for (int r = 0; r < 2; ++r) {
-    const int p = tid + r * kThreads;
-    if (p < P && sh.first[sh.ids[p]] == p) {
-      int before = __popc(sh.mask[p / 32] & ((1u << (p % 32)) - 1u));
-      for (int c = 0; c < p / 32; ++c) before += __popc(sh.mask[c]);
-      rank_of[r] = before;
-      sh.uni[before] = sh.ids[p];
-    }
-  }
-  if (tid == 0) {
-    int n = 0;
-    for (int c = 0; c * 32 < P; ++c) n += __popc(sh.mask[c]);
-    sh.nu = n;
-  }
-  __syncthreads();
-  for (int r = 0; r < 2; ++r)
-    if (rank_of[r] >= 0) sh.first[sh.ids[tid + r * kThreads]] = rank_of[r];  // expert -> distinct index
-  __syncthreads();
-  for (int p = tid; p < P; p += kThreads) sh.slot[sh.first[sh.ids[p]] * a.T + p / a.K] = (signed char)(p % a.K);
-  __syncthreads();
+// The routing: the package's smallm::tma::route (distinct experts in first-occurrence order, each
+// token's slots per distinct expert as a bit mask; this probe's routings name an expert once per token,
+// so a mask's lowest bit is the token's one slot there).
+__device__ __forceinline__ void route_pairs(const Args& a, Shared& sh) { smallm::tma::route(a.ids, a.T, a.K, a.E, sh); }
+__device__ __forceinline__ int slot_of(const Shared& sh, int u, int T, int t) {
+  const unsigned m = sh.slots[u * T + t];
+  return m ? __ffs(m) - 1 : -1;
 }
 
 template <int NT, int kDepth>
@@ -546,7 +519,7 @@ __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
     for (int j = 0; j < NT; ++j) {
       const int t = 4 * j + q;
       if (t < a.T) {
-        const int sl = sh.slot[u * a.T + t];
+        const int sl = slot_of(sh, u, a.T, t);
         if (sl >= 0) {
           const float xi = a.xsub ? sh.xinv_wg[wg][t] : sh.xinv[t];
           float* dst = a.part + ((size_t)s * P + t * a.K + sl) * 2 * a.I;
@@ -721,7 +694,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_gateup(Args a) {
     // every warp of the warpgroup done with the stage (its MMAs waited for, its scales read): refill it
     asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
     if (wt == 0) issue(n + kStages);
-    const int sl = a.mode != 1 && t < a.T ? sh.slot[u * a.T + t] : -1;
+    const int sl = a.mode != 1 && t < a.T ? slot_of(sh, u, a.T, t) : -1;
     if (sl >= 0) {  // (no early continue: the warps stay converged for the next job's wgmmas)
       float* dst = a.part + ((size_t)s * P + t * a.K + sl) * 2 * a.I;
 #pragma unroll
@@ -739,179 +712,11 @@ __global__ void __launch_bounds__(kThreads, 1) ring_gateup(Args a) {
 }
 
 // ------------------------------------------------------------------ the gate/up from TMA tiles
-// PROBE_TMA=1 (row-major W13, as the package's CUDA weights): the textbook Hopper form. A 2-D tensor map
-// over W13 (k bytes, rows) with the 128-byte swizzle; a job (32 gate rows and their 32 up rows, one 512 K
-// slice) is 8 boxes of 32 rows x 128 k, a 128-wide K block's gate box then its up box, 8 KB per block:
-// wgmma's canonical K-major layout for A (64 rows, 8-row groups 1024 bytes apart, k-step j at + 32 j
-// bytes inside the swizzled 128-byte rows). x is B in shared memory as in wg_gateup but in natural k
-// order (k-group kc of step st at st 2 NB + kc NB), staged per warpgroup slice (xsub's scheme). Per job:
-// 16 wgmmas m64nNk32 (A and B from shared memory) into one accumulator per K block, one commit, one
-// wait, the block scales in fp32; the stage is refilled once the warpgroup has waited (a named
-// barrier), kStages stages per warpgroup.
-__device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr) {  // K-major, 128-byte swizzle, SBO 1024
-  return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
-}
-template <int NT, bool kAcc>
-__device__ __forceinline__ void wgmma_ss(float (&d)[4 * NT], uint64_t adesc, uint64_t bdesc);
-#define SMALLM_SS_ONE(NT, ACC, FLAG, N, DL, AD, BD, OUTS, C)                                                  \
-  template <>                                                                                          \
-  __device__ __forceinline__ void wgmma_ss<NT, ACC>(float(&d)[4 * NT], uint64_t adesc, uint64_t bdesc) { \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " FLAG ", 0;\n"                                     \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" DL "}, %" #AD ", %" #BD ", p, 1, 1;\n}\n" \
-                 : OUTS(C)                                                                             \
-                 : "l"(adesc), "l"(bdesc));                                                            \
-  }
-#define SMALLM_SS_BOTH(NT, N, DL, AD, BD, OUTS)                    \
-  SMALLM_SS_ONE(NT, false, "0", N, DL, AD, BD, OUTS, SMALLM_WG_SET) \
-  SMALLM_SS_ONE(NT, true, "1", N, DL, AD, BD, OUTS, SMALLM_WG_ACC)
-SMALLM_SS_BOTH(1, 8, SMALLM_WG_D4, 4, 5, SMALLM_WG_O4)
-SMALLM_SS_BOTH(2, 16, SMALLM_WG_D8, 8, 9, SMALLM_WG_O8)
-SMALLM_SS_BOTH(3, 24, SMALLM_WG_D12, 12, 13, SMALLM_WG_O12)
-SMALLM_SS_BOTH(4, 32, SMALLM_WG_D16, 16, 17, SMALLM_WG_O16)
-SMALLM_SS_BOTH(5, 40, SMALLM_WG_D20, 20, 21, SMALLM_WG_O20)
-
-template <int NT, int kStages>
-__global__ void __launch_bounds__(kThreads, 1) tma_gateup(const __grid_constant__ CUtensorMap tmap, Args a) {
-  constexpr int kSlice = 512, kJob = 32768, NB = NT * 128, kB = kSlice * 8 * NT;  // x's B bytes per warpgroup
-  extern __shared__ __align__(128) uint8_t smem[];
-  Shared& sh = *reinterpret_cast<Shared*>(smem);
-  const int tid = threadIdx.x, wg = tid / 128, wt = tid % 128, lane = tid % 32, w = wt / 32, g = lane / 4, q = lane % 4;
-  // stages 1024-byte aligned (the swizzle's period) from the dynamic window's start, which the host also aligns
-  const uint32_t base0 = (saddr(smem) + (uint32_t)sizeof(Shared) + 1023u) & ~1023u;
-  const uint32_t ring = base0 + (uint32_t)(wg * kStages * kJob);
-  uint8_t* bx = smem + (base0 - saddr(smem)) + kWG * kStages * kJob + wg * kB;
-  if (wt == 0) {
-    for (int i = 0; i < kStages; ++i)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(saddr(&sh.full[wg][i])) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  route_pairs(a, sh);
-  const int P = a.T * a.K, S = 1 << a.log_s, C = a.I / 32, G = gridDim.x * kWG, njobs = sh.nu * C * S;
-  const int job0 = blockIdx.x * kWG + wg, s = job0 & (S - 1);
-  auto issue = [&](int n) {  // the n-th job of this warpgroup into stage n % kStages (one thread)
-    const int job = job0 + n * G;
-    if (job >= njobs) return;
-    const int u = job >> (a.log_c + a.log_s), c = (job >> a.log_s) & (C - 1), e = sh.uni[u], st = n % kStages;
-    const uint32_t bar = saddr(&sh.full[wg][st]), dst = ring + st * kJob;
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(kJob + 32) : "memory");
-    const int rg = e * 2 * a.I + 32 * c;  // first gate row (< 2^31 rows: the host checks)
-#pragma unroll
-    for (int kb = 0; kb < kSlice / 128; ++kb)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)  // gate box, then up box
-        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-                     ::"r"(dst + kb * 8192 + h * 4096), "l"(reinterpret_cast<uint64_t>(&tmap)), "r"(s * kSlice + 128 * kb),
-                     "r"(rg + h * a.I), "r"(bar) : "memory");
-    const float* sg = a.s13 + ((size_t)e * (2 * a.I / 128) + (32 * c) / 128) * (a.D / 128) + s * (kSlice / 128);
-    const float* su = sg + (size_t)(a.I / 128) * (a.D / 128);
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 16, [%2];\n"
-                 ::"r"(saddr(&sh.rscale[wg][st][0])), "l"(sg), "r"(bar) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 16, [%2];\n"
-                 ::"r"(saddr(&sh.rscale[wg][st][4])), "l"(su), "r"(bar) : "memory");
-  };
-  if (wt == 0)
-    for (int n = 0; n < kStages; ++n) issue(n);
-
-  // x of the warpgroup's slice: each token's scale over the slice, then B's bytes in natural k order
-  if (a.mode != 3) {
-    for (int t = w; t < a.T; t += 4) {
-      const float xinv = xinv_of(warp_absmax(a.x + (size_t)t * a.D + (size_t)s * kSlice, kSlice, lane));
-      if (lane == 0) sh.xinv_wg[wg][t] = xinv;
-    }
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-    for (int un = wt; un < 4 * NT * (kSlice / 16); un += 128) {  // (token t < 4 NT, 16 k of the slice)
-      const int t = un / (kSlice / 16), kl = 16 * (un % (kSlice / 16));
-      uint4 hi = make_uint4(0, 0, 0, 0), lo = hi;
-      if (t < a.T) {
-        const float sc = 1.0f / sh.xinv_wg[wg][t];
-        const uint4* xr = reinterpret_cast<const uint4*>(a.x + (size_t)t * a.D + s * kSlice + kl);
-        const uint4 v0 = xr[0], v1 = xr[1];
-        const uint32_t ww[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-        uint32_t hw[4], lw[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          hw[i] = 0;
-          lw[i] = 0;
-#pragma unroll
-          for (int jj = 0; jj < 2; ++jj) {
-            const uint32_t b = ww[2 * i + jj];
-            const float x0 = __uint_as_float(b << 16) * sc, x1 = __uint_as_float(b & 0xffff0000u) * sc;
-            const __nv_fp8x2_storage_t h2 = __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
-            const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(h2, __NV_E4M3);
-            const float2 hf = __half22float2(*reinterpret_cast<const __half2*>(&hr));
-            const __nv_fp8x2_storage_t l2 =
-                __nv_cvt_float2_to_fp8x2(make_float2(16.0f * (x0 - hf.x), 16.0f * (x1 - hf.y)), __NV_SATFINITE, __NV_E4M3);
-            hw[i] |= (uint32_t)h2 << (16 * jj);
-            lw[i] |= (uint32_t)l2 << (16 * jj);
-          }
-        }
-        hi = make_uint4(hw[0], hw[1], hw[2], hw[3]);
-        lo = make_uint4(lw[0], lw[1], lw[2], lw[3]);
-      }
-      uint8_t* at = bx + (kl / 32) * 2 * NB + ((kl / 16) % 2) * NB;
-      *reinterpret_cast<uint4*>(at + ((2 * t) / 8) * 128 + ((2 * t) % 8) * 16) = hi;
-      *reinterpret_cast<uint4*>(at + ((2 * t + 1) / 8) * 128 + ((2 * t + 1) % 8) * 16) = lo;
-    }
-    fence_async_shared();
-  }
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-
-  const uint32_t bbase = saddr(bx);
-  for (int n = 0;; ++n) {
-    const int job = job0 + n * G;
-    if (job >= njobs) break;
-    const int st = n % kStages, u = job >> (a.log_c + a.log_s), c = (job >> a.log_s) & (C - 1);
-    while (!mbar_done(saddr(&sh.full[wg][st]), (n / kStages) & 1)) {
-    }
-    float tot[4 * NT];
-    if (a.mode != 1) {
-      float acc[kSlice / 128][4 * NT];
-      wg_fence();
-#pragma unroll
-      for (int kb = 0; kb < kSlice / 128; ++kb)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const uint64_t ad = smem_desc_sw128(ring + st * kJob + kb * 8192 + 32 * k);
-          const uint64_t bd = smem_desc(bbase + (4 * kb + k) * 2 * NB, NB, 128);
-          if (k == 0) {
-            wgmma_ss<NT, false>(acc[kb], ad, bd);
-          } else {
-            wgmma_ss<NT, true>(acc[kb], ad, bd);
-          }
-        }
-      wg_commit();
-      wg_wait0();
-#pragma unroll
-      for (int kb = 0; kb < kSlice / 128; ++kb) wg_hold(acc[kb]);
-      const int half = w >> 1;  // warps 0-1: gate rows, 2-3: up rows
-#pragma unroll
-      for (int i = 0; i < 4 * NT; ++i) tot[i] = 0.0f;
-#pragma unroll
-      for (int kb = 0; kb < kSlice / 128; ++kb) {
-        const float sc = sh.rscale[wg][st][4 * half + kb];
-#pragma unroll
-        for (int i = 0; i < 4 * NT; ++i) tot[i] = fmaf(acc[kb][i], sc, tot[i]);
-      }
-    }
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // the stage read by every warp: refill it
-    if (wt == 0) issue(n + kStages);
-    if (a.mode != 1) {
-      // d: rows 16 w + g and + 8 (A rows: 0-31 gate rows 32 c.., 32-63 up rows I + 32 c..), columns 2t, 2t + 1
-      const int r0 = 16 * w + g, i0 = (r0 < 32 ? 0 : a.I - 32) + 32 * c + r0;
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const int t = 4 * j + q;
-        const int sl = t < a.T ? sh.slot[u * a.T + t] : -1;
-        if (sl >= 0) {
-          const float xi = sh.xinv_wg[wg][t];
-          float* dst = a.part + ((size_t)s * P + t * a.K + sl) * 2 * a.I;
-          dst[i0] = (tot[4 * j] + 0.0625f * tot[4 * j + 1]) * xi;
-          dst[i0 + 8] = (tot[4 * j + 2] + 0.0625f * tot[4 * j + 3]) * xi;
-        }
-      }
-    }
-  }
-}
+// PROBE_TMA=1 runs the package's kernel, smallm::smallm_gateup_tma_kernel (hip/smallm_gateup_tma.h: the
+// design is there), which began here as this probe's tma_gateup ("h200-wgmma" runs 7-8 ran that; the
+// package's differs in its routing (ids outside [0, E) skipped, a bit mask of slots per (expert, token)),
+// in integer divisions for the job's indices, and in a switch for fp32 sums per 32-k step), on a MoeArgs
+// made from the probe's Args: its partial sums land in the probe's part buffer, which follows h.
 
 __global__ void slice_sum(Args a) {  // h = silu(sum of the slices' gate) * (sum of their up), slices in order
   const int i = blockIdx.x * blockDim.x + threadIdx.x, P = a.T * a.K, S = 1 << a.log_s;
@@ -987,30 +792,29 @@ void launch_nt(const Args& a, int grid, size_t smem, cudaStream_t st, int depth)
     wg_gateup<NT, 2><<<grid, kThreads, smem, st>>>(a);
   }
 }
-int g_tma = 0;         // PROBE_TMA=1: tma_gateup (row-major W13 by tensor-map tiles)
-int g_tma_stages = 2;  // its stages per warpgroup: PROBE_STAGES=3 gives three where they fit (T <= 8), else two
-size_t tma_smem(int nt, int stages) {
-  return sizeof(Shared) + 1023 + (size_t)kWG * stages * 32768 + (size_t)kWG * 512 * 8 * nt;
+int g_tma = 0;  // PROBE_TMA=1: the package's smallm_gateup_tma_kernel (row-major W13 by tensor-map tiles)
+smallm::MoeArgs moe_args(const Args& a) {  // the package's view of the same call (part follows h)
+  smallm::MoeArgs m = {};
+  m.x = reinterpret_cast<const uint16_t*>(a.x);
+  m.w13 = a.w13;
+  m.s13 = a.s13;
+  m.topk_ids = a.ids;
+  m.h = a.h;
+  m.T = a.T, m.K = a.K, m.E = a.E, m.D = a.D, m.I = a.I;
+  return m;
 }
 int g_ring_stages = 0;  // PROBE_RING=1: ring_gateup with this many stages per warpgroup (PROBE_STAGES, 2 or 3)
 size_t ring_smem(int stages) { return ((sizeof(Shared) + 1023) / 1024) * 1024 + (size_t)kWG * stages * 32768; }
 void launch_gateup(const Args& a, int grid, cudaStream_t st, int depth) {
   if (g_tma) {
-    const int nt = (a.T + 3) / 4;
-    if (g_tma_stages == 3 && nt <= 2) {
-      if (nt == 1) {
-        tma_gateup<1, 3><<<grid, kThreads, tma_smem(1, 3), st>>>(*a.tmap, a);
-      } else {
-        tma_gateup<2, 3><<<grid, kThreads, tma_smem(2, 3), st>>>(*a.tmap, a);
-      }
-      return;
-    }
-    switch (nt) {
-      case 1: tma_gateup<1, 2><<<grid, kThreads, tma_smem(1, 2), st>>>(*a.tmap, a); break;
-      case 2: tma_gateup<2, 2><<<grid, kThreads, tma_smem(2, 2), st>>>(*a.tmap, a); break;
-      case 3: tma_gateup<3, 2><<<grid, kThreads, tma_smem(3, 2), st>>>(*a.tmap, a); break;
-      case 4: tma_gateup<4, 2><<<grid, kThreads, tma_smem(4, 2), st>>>(*a.tmap, a); break;
-      default: tma_gateup<5, 2><<<grid, kThreads, tma_smem(5, 2), st>>>(*a.tmap, a); break;
+    const int smem = (int)smallm::tma_gateup_smem_bytes(a.T);
+    const smallm::MoeArgs m = moe_args(a);
+    switch ((a.T + 3) / 4) {
+      case 1: smallm::smallm_gateup_tma_kernel<1, false><<<grid, kThreads, smem, st>>>(*a.tmap, m); break;
+      case 2: smallm::smallm_gateup_tma_kernel<2, false><<<grid, kThreads, smem, st>>>(*a.tmap, m); break;
+      case 3: smallm::smallm_gateup_tma_kernel<3, false><<<grid, kThreads, smem, st>>>(*a.tmap, m); break;
+      case 4: smallm::smallm_gateup_tma_kernel<4, false><<<grid, kThreads, smem, st>>>(*a.tmap, m); break;
+      default: smallm::smallm_gateup_tma_kernel<5, false><<<grid, kThreads, smem, st>>>(*a.tmap, m); break;
     }
     return;
   }
@@ -1130,7 +934,6 @@ int main(int argc, char** argv) {
     }
   }
   g_tma = getenv("PROBE_TMA") && atoi(getenv("PROBE_TMA")) == 1;
-  if (g_tma && getenv("PROBE_STAGES") && atoi(getenv("PROBE_STAGES")) == 3) g_tma_stages = 3;
   if (g_tma && (shuffle || xprep || depth != 2 || g_ring_stages || mode == 2)) {
     printf("PROBE_TMA=1 needs row-major W13 (PROBE_SHUFFLE=0), PROBE_XPREP=0, PROBE_DEPTH=2, no PROBE_RING, PROBE_MODE 0, 1 or 3\n");
     return 2;
@@ -1152,7 +955,7 @@ int main(int argc, char** argv) {
   // xsub: the grid's warpgroups a multiple of the slices, so that each warpgroup's jobs share one slice
   // (132 SMs: all of them at depth 2, 8 slices; 128 at depth 3, 16 slices)
   const int grid = xsub || g_ring_stages || g_tma ? (SM * kWG / (D / slice)) * (D / slice) / kWG : SM;
-  printf("device %s, %d SMs; gate/up grid %d x %d threads, jobs of 64 rows x %d K, %d in registers, L2 prefetch %d, x prepared once %d, x slice per warpgroup %d, W13 %s, ring stages %d (0: registers), TMA tiles %d (stages %d), mode %d%s\n", prop.name, SM, grid, kThreads, slice, depth, pf, xprep, xsub, shuffle ? "shuffled (16, 16)" : "row-major", g_ring_stages, g_tma, g_tma_stages, mode,
+  printf("device %s, %d SMs; gate/up grid %d x %d threads, jobs of 64 rows x %d K, %d in registers, L2 prefetch %d, x prepared once %d, x slice per warpgroup %d, W13 %s, ring stages %d (0: registers), TMA tiles (the package's kernel) %d, mode %d%s\n", prop.name, SM, grid, kThreads, slice, depth, pf, xprep, xsub, shuffle ? "shuffled (16, 16)" : "row-major", g_ring_stages, g_tma, mode,
          mode ? " (timing only: rel_err not meaningful)" : "");
   const bool frag_ok = check_fragments();
   const size_t smem_max = ((sizeof(Shared) + 127) / 128) * 128 + (size_t)D * 8 * kMaxNT;
@@ -1161,13 +964,13 @@ int main(int argc, char** argv) {
   allow(wg_gateup<1, 3>), allow(wg_gateup<2, 3>), allow(wg_gateup<3, 3>), allow(wg_gateup<4, 3>), allow(wg_gateup<5, 3>);
   CK(cudaFuncSetAttribute(ring_gateup<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ring_smem(2)));
   CK(cudaFuncSetAttribute(ring_gateup<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ring_smem(3)));
-  CK(cudaFuncSetAttribute(tma_gateup<1, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tma_smem(1, 2)));
-  CK(cudaFuncSetAttribute(tma_gateup<2, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tma_smem(2, 2)));
-  CK(cudaFuncSetAttribute(tma_gateup<3, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tma_smem(3, 2)));
-  CK(cudaFuncSetAttribute(tma_gateup<4, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tma_smem(4, 2)));
-  CK(cudaFuncSetAttribute(tma_gateup<5, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tma_smem(5, 2)));
-  CK(cudaFuncSetAttribute(tma_gateup<1, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tma_smem(1, 3)));
-  CK(cudaFuncSetAttribute(tma_gateup<2, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tma_smem(2, 3)));
+  for (int nt = 1; nt <= 5; ++nt) {  // the package's TMA gate/up, each N
+    const int smem = (int)smallm::tma_gateup_smem_bytes(4 * nt);
+    const void* k[5] = {(const void*)smallm::smallm_gateup_tma_kernel<1, false>, (const void*)smallm::smallm_gateup_tma_kernel<2, false>,
+                        (const void*)smallm::smallm_gateup_tma_kernel<3, false>, (const void*)smallm::smallm_gateup_tma_kernel<4, false>,
+                        (const void*)smallm::smallm_gateup_tma_kernel<5, false>};
+    CK(cudaFuncSetAttribute(k[nt - 1], cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  }
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   unsigned* sink;
@@ -1226,8 +1029,8 @@ int main(int argc, char** argv) {
         float *d_part, *d_h;
         CK(cudaMalloc(&d_ids, P * 4));
         CK(cudaMalloc(&d_x, (size_t)T * D * 2));
-        CK(cudaMalloc(&d_part, (size_t)(D / slice) * P * 2 * I * 4));
-        CK(cudaMalloc(&d_h, (size_t)P * I * 4));
+        CK(cudaMalloc(&d_h, ((size_t)P * I + (size_t)(D / slice) * P * 2 * I) * 4));  // h, then the partial sums
+        d_part = d_h + (size_t)P * I;  // (as the package's workspace: smallm_gateup_tma_kernel writes there)
         CK(cudaMalloc(&dexp[c], distinct.size() * 4));
         CK(cudaMemcpy(d_ids, ids.data(), P * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dexp[c], distinct.data(), distinct.size() * 4, cudaMemcpyHostToDevice));
@@ -1302,7 +1105,7 @@ int main(int argc, char** argv) {
              gu / fl, mb, worst, ok ? "" : "  FAIL");
       for (int c = 0; c < copies; ++c) {
         const Args& a = args[c];
-        cudaFree((void*)a.ids), cudaFree((void*)a.x), cudaFree(a.part), cudaFree(a.h), cudaFree(dexp[c]);
+        cudaFree((void*)a.ids), cudaFree((void*)a.x), cudaFree(a.h), cudaFree(dexp[c]);
         cudaFree(a.xb), cudaFree(a.xinv);
       }
     }
