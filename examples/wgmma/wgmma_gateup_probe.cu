@@ -281,25 +281,12 @@ __device__ __forceinline__ void mma_steps(float (&acc)[4 * NT], const L_& L, uin
   wg_hold(acc);
 }
 
-// The largest |x| of D bf16 values (a warp's work, every lane gets it).
-__device__ __forceinline__ float warp_absmax(const __nv_bfloat16* xrow, int D, int lane) {
-  float m = 0.0f;
-  const uint4* xr = reinterpret_cast<const uint4*>(xrow);
-  for (int v = lane; v < D / 8; v += 32) {
-    const uint4 u4 = xr[v];
-    const uint32_t ww[4] = {u4.x, u4.y, u4.z, u4.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) m = fmaxf(m, fmaxf(fabsf(__uint_as_float(ww[i] << 16)), fabsf(__uint_as_float(ww[i] & 0xffff0000u))));
-  }
-#pragma unroll
-  for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
-  return m;
+// The largest |x| of n bf16 values (a warp's work, every lane gets it) and a token's 1 / s from it
+// (s = 2^(7 - floor(log2 m)) puts m in [128, 256)): the package's (hip/smallm_gateup_tma.h).
+__device__ __forceinline__ float warp_absmax(const __nv_bfloat16* xrow, int n, int lane) {
+  return smallm::tma::warp_absmax(reinterpret_cast<const uint16_t*>(xrow), n, lane);
 }
-// A token's 1 / s from its largest |x| m: s = 2^(7 - floor(log2 m)) puts m in [128, 256).
-__device__ __forceinline__ float xinv_of(float m) {
-  const int ex = m > 0.0f ? (int)((__float_as_uint(m) >> 23) & 255) - 127 : 7;  // floor(log2 m)
-  return exp2f((float)(ex - 7));
-}
+using smallm::tma::xinv_of;
 
 // x's unit (token t, physical k kp0 .. kp0 + 15) as its hi and lo e4m3 parts, columns 2t and 2t + 1 of
 // a B-layout region (zeros for t >= T): shared memory, or global memory for x_prepare.
