@@ -17,11 +17,13 @@
 //     transaction barrier. Two 32 KB stages per warpgroup; one thread issues, and refills a stage once
 //     every warp of the warpgroup has waited for the MMAs that read it.
 //   - x: hi = e4m3(x s), lo = e4m3(16 (x s - hi)), s = 2^(7 - floor(log2 max |x|)) over the slice: the
-//     two parts hold x to ~2^-8 relative with FP8 MMAs; the partial sums are multiplied by 1 / s.
+//     two parts hold bf16 x's 8 significant bits (exactly on the selftest's data, but for values far
+//     below the slice's largest: examples/wgmma/x_split_emulation.py); the partial sums are multiplied
+//     by 1 / s.
 //   - Per job: 16 wgmma m64nNk32 (A and B from shared memory). kStepSums false: one accumulator per
 //     128-wide K block, one commit, one wait, then the gate and up block scales in fp32 ("h200-tma" runs
-//     1-2: errors 8-9.7e-4, 1.07e-3 in the wide_scales edge case, where x's two e4m3 parts hold bf16 x
-//     exactly (a CPU emulation), so the FP8 sums kept inside the tensor core over 128 k are the cause).
+//     1-2: errors 8-9.7e-4, 1.07e-3 in the wide_scales edge case; x's parts being exact, the FP8 sums
+//     kept inside the tensor core over 128 k are the likely cause).
 //     kStepSums true: a fresh accumulator per 32-k step, added in fp32 (four commits and waits per job,
 //     one per K block, with its four steps' accumulators). Not measured yet.
 //   - Each job writes its slice's partial gate and up sums of the pairs routed to its expert into the
