@@ -92,6 +92,13 @@ SMALLM_DEV bool mbar_done(uint32_t bar, uint32_t parity) {
 #endif
   return ok != 0;
 }
+SMALLM_DEV void mbar_init(uint32_t bar) {  // one arrival per phase (the thread that posts the bytes)
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+}
+SMALLM_DEV void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+SMALLM_DEV void mbar_expect(uint32_t bar, uint32_t bytes) {  // arrive, and wait for `bytes` to land
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
 SMALLM_DEV void wg_barrier(int wg) {  // the 128 threads of warpgroup wg (named barriers 1, 2)
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
 }
@@ -108,6 +115,17 @@ template <int N>
 SMALLM_DEV void hold(float (&d)[N]) {  // keeps reads of d below the wgmma wait
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+SMALLM_DEV void mma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+SMALLM_DEV void mma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+SMALLM_DEV void mma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// This thread's generic shared-memory stores made visible to the async proxy (wgmma's operand reads);
+// a barrier after it makes them everyone's.
+SMALLM_DEV void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// `bytes` (a multiple of 16) from global src to shared dst, completing on the transaction barrier bar.
+SMALLM_DEV void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
 // d (+)= A(64 x 32 e4m3, shared memory, adesc) * B(32 x 8 NT e4m3, shared memory, bdesc).
@@ -156,11 +174,10 @@ SMALLM_DEV float warp_absmax(const uint16_t* xrow, int n, int lane) {
     const uint4 u4 = xr[v];
     const uint32_t ww[4] = {u4.x, u4.y, u4.z, u4.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      m = fmaxf(m, fmaxf(fabsf(__uint_as_float(ww[i] << 16)), fabsf(__uint_as_float(ww[i] & 0xffff0000u))));
+    for (int i = 0; i < 4; ++i) m = fmaxf(m, fmaxf(fabsf(bf16_lo(ww[i])), fabsf(bf16_hi(ww[i]))));
   }
 #pragma unroll
-  for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
+  for (int o = 16; o; o >>= 1) m = fmaxf(m, shfl_xor(m, o));
   return m;
 }
 // 1 / s for a token whose largest |x| is m: s = 2^(7 - floor(log2 m)) puts m in [128, 256).
@@ -174,7 +191,7 @@ SMALLM_DEV void split_pair(uint32_t word, float sc, uint32_t& hi2, uint32_t& lo2
   (void)word, (void)sc;
   hi2 = lo2 = 0u;
 #else
-  const float x0 = __uint_as_float(word << 16) * sc, x1 = __uint_as_float(word & 0xffff0000u) * sc;
+  const float x0 = bf16_lo(word) * sc, x1 = bf16_hi(word) * sc;
   const __nv_fp8x2_storage_t h2 = __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
   const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(h2, __NV_E4M3);
   const float2 hf = __half22float2(*reinterpret_cast<const __half2*>(&hr));
@@ -252,8 +269,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   uint8_t* bx = smem + (base0 - saddr(smem)) + kTmaWarpgroups * kTmaStages * kTmaJobBytes + wg * kXBytes;
   if (wt == 0) {
     for (int i = 0; i < kTmaStages; ++i)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(saddr(&sh.full[wg][i])) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      mbar_init(saddr(&sh.full[wg][i]));
+    mbar_init_fence();
   }
   route(a.topk_ids, a.T, a.K, a.E, sh);  // its block barriers also publish the stage barriers' initialisation
   const int P = a.T * a.K, S = a.D / kTmaSlice, C = a.I / 32, G = gridDim.x * kTmaWarpgroups;
@@ -265,7 +282,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     if (job >= njobs) return;
     const int u = job / (C * S), c = (job / S) % C, e = sh.uni[u], st = n % kTmaStages;
     const uint32_t bar = saddr(&sh.full[wg][st]), dst = ring + st * kTmaJobBytes;
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(kTmaJobBytes + 32) : "memory");
+    mbar_expect(bar, kTmaJobBytes + 32);
     const int rg = e * 2 * a.I + 32 * c;  // the chunk's first gate row (E 2I < 2^31: the launcher checks)
 #pragma unroll
     for (int kb = 0; kb < kBlocks; ++kb)
@@ -277,10 +294,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
             "r"(rg + h * a.I), "r"(bar) : "memory");
     const float* sg = s13 + ((size_t)e * (2 * a.I / 128) + (32 * c) / 128) * (a.D / 128) + s * kBlocks;
     const float* su = sg + (size_t)(a.I / 128) * (a.D / 128);
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 16, [%2];\n"
-                 ::"r"(saddr(&sh.scale[wg][st][0])), "l"(sg), "r"(bar) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 16, [%2];\n"
-                 ::"r"(saddr(&sh.scale[wg][st][4])), "l"(su), "r"(bar) : "memory");
+    bulk_copy(saddr(&sh.scale[wg][st][0]), sg, 16, bar);
+    bulk_copy(saddr(&sh.scale[wg][st][4]), su, 16, bar);
   };
   if (wt == 0)
     for (int n = 0; n < kTmaStages; ++n) issue(n);
@@ -316,7 +331,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     *reinterpret_cast<uint4*>(at + ((2 * t) / 8) * 128 + ((2 * t) % 8) * 16) = hi;
     *reinterpret_cast<uint4*>(at + ((2 * t + 1) / 8) * 128 + ((2 * t + 1) % 8) * 16) = lo;
   }
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic stores, read by wgmma
+  fence_proxy_async();  // generic stores, read by wgmma
   wg_barrier(wg);
 
   const uint32_t bbase = saddr(bx);
@@ -332,7 +347,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     for (int i = 0; i < 4 * NT; ++i) tot[i] = 0.0f;
     if constexpr (!kStepSums) {  // one accumulator per K block, one wait per job
       float acc[kBlocks][4 * NT];
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+      mma_fence();
 #pragma unroll
       for (int kb = 0; kb < kBlocks; ++kb)
 #pragma unroll
@@ -345,8 +360,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
             mma<NT, true>(acc[kb], ad, bd);
           }
         }
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      mma_commit();
+      mma_wait0();
 #pragma unroll
       for (int kb = 0; kb < kBlocks; ++kb) hold(acc[kb]);
 #pragma unroll
@@ -359,13 +374,13 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 #pragma unroll
       for (int kb = 0; kb < kBlocks; ++kb) {
         float acc[4][4 * NT];
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        mma_fence();
 #pragma unroll
         for (int k = 0; k < 4; ++k)
           mma<NT, false>(acc[k], desc_sw128(ring + st * kTmaJobBytes + kb * 8192 + 32 * k),
                          desc_plain(bbase + (4 * kb + k) * 2 * NB, NB, 128));
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        mma_commit();
+        mma_wait0();
 #pragma unroll
         for (int k = 0; k < 4; ++k) hold(acc[k]);
         const float sc = sh.scale[wg][st][4 * half + kb];

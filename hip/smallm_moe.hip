@@ -448,25 +448,17 @@ int launch_gateup_tma(const smallm::MoeArgs& a, gpuStream_t stream) {
                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
     return 8;
-  auto run = [&](auto kernel) {
-    if (const int err = allow_dynamic_smem(kernel, raised[steps][nt], smem)) return err;
-    kernel<<<grid, kTmaThreads, smem, stream>>>(map, a);
-    return (int)GPU(GetLastError)();
-  };
-  int err = 0;
-  switch (nt * 2 + (steps ? 1 : 0)) {
-    case 2: err = run(smallm_gateup_tma_kernel<1, false>); break;
-    case 3: err = run(smallm_gateup_tma_kernel<1, true>); break;
-    case 4: err = run(smallm_gateup_tma_kernel<2, false>); break;
-    case 5: err = run(smallm_gateup_tma_kernel<2, true>); break;
-    case 6: err = run(smallm_gateup_tma_kernel<3, false>); break;
-    case 7: err = run(smallm_gateup_tma_kernel<3, true>); break;
-    case 8: err = run(smallm_gateup_tma_kernel<4, false>); break;
-    case 9: err = run(smallm_gateup_tma_kernel<4, true>); break;
-    case 10: err = run(smallm_gateup_tma_kernel<5, false>); break;
-    default: err = run(smallm_gateup_tma_kernel<5, true>); break;
-  }
-  if (err) return err;
+  using Kernel = void (*)(const CUtensorMap, MoeArgs);
+  static const Kernel kernels[5][2] = {  // [NT - 1][per 32-k step]
+      {smallm_gateup_tma_kernel<1, false>, smallm_gateup_tma_kernel<1, true>},
+      {smallm_gateup_tma_kernel<2, false>, smallm_gateup_tma_kernel<2, true>},
+      {smallm_gateup_tma_kernel<3, false>, smallm_gateup_tma_kernel<3, true>},
+      {smallm_gateup_tma_kernel<4, false>, smallm_gateup_tma_kernel<4, true>},
+      {smallm_gateup_tma_kernel<5, false>, smallm_gateup_tma_kernel<5, true>}};
+  const Kernel kernel = kernels[nt - 1][steps ? 1 : 0];
+  if (const int err = allow_dynamic_smem(kernel, raised[steps][nt], smem)) return err;
+  kernel<<<grid, kTmaThreads, smem, stream>>>(map, a);
+  if (const int err = (int)GPU(GetLastError)()) return err;
   // the slice sum as a programmatic dependent of the gate/up (unless SMALLM_PDL=0), whose blocks wait
   // for it (griddepcontrol.wait); the down follows as the slice sum's dependent (launch_dependent)
   MoeArgs b = a;

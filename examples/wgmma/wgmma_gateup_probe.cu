@@ -107,35 +107,22 @@ __host__ __device__ __forceinline__ size_t w13_offset(size_t R, int k, int D, in
 }
 
 // ------------------------------------------------------------------ wgmma helpers
-__device__ __forceinline__ uint32_t saddr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ bool mbar_done(uint32_t bar, uint32_t parity) {  // the barrier's phase `parity` completed
-  uint32_t ok;
-  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-               : "=r"(ok)
-               : "r"(bar), "r"(parity)
-               : "memory");
-  return ok != 0;
-}
-
-// Shared-memory matrix descriptor, no swizzle: start, LBO (the next 16-byte K group's core matrices),
-// SBO (the next 8 rows' core matrices), all in 16-byte units.
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)((lbo & 0x3ffffu) >> 4) << 16) |
-         ((uint64_t)((sbo & 0x3ffffu) >> 4) << 32);
-}
-// Shared-memory stores of this thread made visible to the async proxy (wgmma's operand reads); a barrier
-// after it makes them everyone's.
-__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-// Accumulators touched by other instructions between wgmmas must be fenced: this keeps ptxas from
-// moving reads of d above the wait.
-template <int N>
-__device__ __forceinline__ void wg_hold(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
+// The package's (hip/smallm_gateup_tma.h): shared addresses, transaction barriers, bulk copies, the
+// proxy fence, wgmma's fence / commit / wait, the no-swizzle descriptor (start, LBO = the next 16-byte K
+// group's core matrices, SBO = the next 8 rows'), and hold (reads of an accumulator kept below the wait).
+using smallm::tma::bulk_copy;
+using smallm::tma::desc_plain;
+using smallm::tma::fence_proxy_async;
+using smallm::tma::hold;
+using smallm::tma::mbar_done;
+using smallm::tma::mbar_expect;
+using smallm::tma::mbar_init;
+using smallm::tma::mbar_init_fence;
+using smallm::tma::mma_commit;
+using smallm::tma::mma_fence;
+using smallm::tma::mma_wait0;
+using smallm::tma::saddr;
+using smallm::tma::wg_barrier;
 
 // d += A(64 x 32, e4m3, registers) * B(32 x 8 NT, e4m3, shared memory via desc); without kAcc d = A B
 // (d written only: no zeros to set first).
@@ -205,7 +192,7 @@ __global__ void fragment_check(const uint8_t* A, const uint8_t* B, float* d_reg,
     const int n = i / 32, k = i % 32;
     bs[(k / 16) * 128 + n * 16 + k % 16] = B[i];
   }
-  fence_async_shared();
+  fence_proxy_async();
   __syncthreads();
   uint32_t a[4];
   for (int j = 0; j < 4; ++j) {
@@ -213,14 +200,14 @@ __global__ void fragment_check(const uint8_t* A, const uint8_t* B, float* d_reg,
     memcpy(&a[j], A + row * 32 + col, 4);
   }
   float dr[4], ds[4] = {0, 0, 0, 0};
-  const uint64_t bdesc = smem_desc(saddr(bs), 128, 256);
-  wg_fence();
+  const uint64_t bdesc = desc_plain(saddr(bs), 128, 256);
+  mma_fence();
   wgmma_e4m3<1, false>(dr, a, bdesc);
-  wgmma_e4m3_ss(ds, smem_desc(saddr(as), 128, 256), bdesc);
-  wg_commit();
-  wg_wait0();
-  wg_hold(dr);
-  wg_hold(ds);
+  wgmma_e4m3_ss(ds, desc_plain(saddr(as), 128, 256), bdesc);
+  mma_commit();
+  mma_wait0();
+  hold(dr);
+  hold(ds);
   for (int j = 0; j < 4; ++j) {  // d fragment: (row g + 8 (j / 2), column 2 q + j % 2) of the warp's 16 rows
     const int row = 16 * w + g + 8 * (j / 2), col = 2 * q + (j % 2);
     d_reg[row * 8 + col] = dr[j];
@@ -263,7 +250,7 @@ struct Loads {  // one job's registers: 64-byte pieces of its K slice, a thread'
 // step (step k at + k 2 NB bytes).
 template <int NT, int N, class L_>
 __device__ __forceinline__ void mma_steps(float (&acc)[4 * NT], const L_& L, uint64_t desc_hi, uint32_t lo_job, int k0) {
-  wg_fence();
+  mma_fence();
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     const int step = k0 + k, p = step / 2, tt = step % 2;
@@ -276,9 +263,9 @@ __device__ __forceinline__ void mma_steps(float (&acc)[4 * NT], const L_& L, uin
       wgmma_e4m3<NT, true>(acc, fr, desc);
     }
   }
-  wg_commit();
-  wg_wait0();
-  wg_hold(acc);
+  mma_commit();
+  mma_wait0();
+  hold(acc);
 }
 
 // The largest |x| of n bf16 values (a warp's work, every lane gets it) and a token's 1 / s from it
@@ -302,8 +289,8 @@ __device__ __forceinline__ void put_x_unit(uint8_t* bx, const __nv_bfloat16* x, 
     const uint32_t ww[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      xv[2 * i] = __uint_as_float(ww[i] << 16) * s;
-      xv[2 * i + 1] = __uint_as_float(ww[i] & 0xffff0000u) * s;
+      xv[2 * i] = smallm::bf16_lo(ww[i]) * s;
+      xv[2 * i + 1] = smallm::bf16_hi(ww[i]) * s;
     }
   } else {
 #pragma unroll
@@ -422,23 +409,21 @@ __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
       const float xinv = xinv_of(warp_absmax(a.x + (size_t)t * a.D + (size_t)s * kSlice, kSlice, lane));
       if (lane == 0) sh.xinv_wg[tid / 128][t] = xinv;
     }
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + tid / 128) : "memory");  // this warpgroup's scales written
+    wg_barrier(tid / 128);  // this warpgroup's scales written
     const int units = 4 * NT * (kSlice / 16);  // (token column pair t < 4 NT, 16 physical k of the slice)
     for (int un = wt; un < units; un += 128) {
       const int t = un / (kSlice / 16);
       put_x_unit<NT>(bx, a.x, a.D, a.T, t, s * kSlice + 16 * (un % (kSlice / 16)),
                      t < a.T ? sh.xinv_wg[tid / 128][t] : 1.0f);
     }
-    fence_async_shared();
+    fence_proxy_async();
   } else if (a.xprep) {
     const uint32_t bar = saddr(&sh.xbar), bytes = (uint32_t)a.D * 8 * NT;
     if (tid == 0) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-      for (uint32_t o = 0; o < bytes; o += 32768)
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                     ::"r"(saddr(bx + o)), "l"(a.xb + o), "r"(min(32768u, bytes - o)), "r"(bar) : "memory");
+      mbar_init(bar);
+      mbar_init_fence();
+      mbar_expect(bar, bytes);
+      for (uint32_t o = 0; o < bytes; o += 32768) bulk_copy(saddr(bx + o), a.xb + o, min(32768u, bytes - o), bar);
     }
     for (int t = tid; t < a.T; t += kThreads) sh.xinv[t] = a.xinv[t];
     __syncthreads();  // the barrier initialised before anyone waits on it
@@ -455,13 +440,13 @@ __global__ void __launch_bounds__(kThreads, 1) wg_gateup(Args a) {
       const int t = un / (a.D / 16);
       put_x_unit<NT>(bx, a.x, a.D, a.T, t, 16 * (un % (a.D / 16)), t < a.T ? sh.xinv[t] : 1.0f);
     }
-    fence_async_shared();
+    fence_proxy_async();
   }
   __syncthreads();
 
   // B's descriptor at its first k-step: the low word (start, LBO) moves with the step (the start field
   // never carries: B lies below 256 KB), the high word (SBO) is fixed
-  const uint64_t desc0 = smem_desc(saddr(bx), NB, 128), desc_hi = desc0 & ~0xffffffffull;
+  const uint64_t desc0 = desc_plain(saddr(bx), NB, 128), desc_hi = desc0 & ~0xffffffffull;
   const uint32_t desc_lo = (uint32_t)desc0;
   auto compute = [&](int job, const Loads& L) {
     const int u = job >> (a.log_c + a.log_s), c = (job >> a.log_s) & (C - 1), s = job & (S - 1);
@@ -564,8 +549,8 @@ __global__ void __launch_bounds__(kThreads, 1) ring_gateup(Args a) {
   uint8_t* ring = smem + ((sizeof(Shared) + 1023) / 1024) * 1024 + (size_t)wg * kStages * kJob;
   if (wt == 0) {
     for (int i = 0; i < kStages; ++i)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(saddr(&sh.full[wg][i])) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      mbar_init(saddr(&sh.full[wg][i]));
+    mbar_init_fence();
   }
   route_pairs(a, sh);  // ends with a block barrier: the stage barriers are initialised for everyone
   const int P = a.T * a.K, S = 1 << a.log_s, C = a.I / 32, G = gridDim.x * kWG, njobs = sh.nu * C * S;
@@ -576,20 +561,17 @@ __global__ void __launch_bounds__(kThreads, 1) ring_gateup(Args a) {
     if (job >= njobs) return;
     const int u = job >> (a.log_c + a.log_s), c = (job >> a.log_s) & (C - 1), e = sh.uni[u], st = n % kStages;
     const uint32_t bar = saddr(&sh.full[wg][st]);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(kJob + 32) : "memory");
+    mbar_expect(bar, kJob + 32);
     const size_t R = (size_t)e * 2 * a.I + 32 * c;  // the job's first gate row; a multiple of 32
     for (int grp = 0; grp < 4; ++grp) {  // gate rows R, R + 16, up rows R + I, R + I + 16: 16 k-tiles each
       const size_t r = R + (grp & 1) * 16 + (grp >> 1) * a.I;
       const uint8_t* src = a.w13 + w13_offset(r, s * kSlice, a.D, 1);
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                   ::"r"(saddr(ring + st * kJob + grp * 8192)), "l"(src), "r"(8192), "r"(bar) : "memory");
+      bulk_copy(saddr(ring + st * kJob + grp * 8192), src, 8192, bar);
     }
     const float* sg = a.s13 + ((size_t)e * (2 * a.I / 128) + (32 * c) / 128) * (a.D / 128) + s * (kSlice / 128);
     const float* su = sg + (size_t)(a.I / 128) * (a.D / 128);
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 16, [%2];\n"
-                 ::"r"(saddr(&sh.rscale[wg][st][0])), "l"(sg), "r"(bar) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 16, [%2];\n"
-                 ::"r"(saddr(&sh.rscale[wg][st][4])), "l"(su), "r"(bar) : "memory");
+    bulk_copy(saddr(&sh.rscale[wg][st][0]), sg, 16, bar);
+    bulk_copy(saddr(&sh.rscale[wg][st][4]), su, 16, bar);
   };
   if (wt == 0)
     for (int n = 0; n < kStages; ++n) issue(n);
@@ -610,7 +592,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_gateup(Args a) {
         const uint32_t ww[2] = {v.x, v.y};
 #pragma unroll
         for (int i = 0; i < 2; ++i)
-          m = fmaxf(m, fmaxf(fabsf(__uint_as_float(ww[i] << 16)), fabsf(__uint_as_float(ww[i] & 0xffff0000u))));
+          m = fmaxf(m, fmaxf(fabsf(smallm::bf16_lo(ww[i])), fabsf(smallm::bf16_hi(ww[i]))));
       }
     m = fmaxf(m, __shfl_xor_sync(~0u, m, 1));
     m = fmaxf(m, __shfl_xor_sync(~0u, m, 2));
@@ -621,8 +603,8 @@ __global__ void __launch_bounds__(kThreads, 1) ring_gateup(Args a) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint2 v = *reinterpret_cast<const uint2*>(xr + 32 * j + 16 * h);
-        const float xv[4] = {__uint_as_float(v.x << 16) * sc, __uint_as_float(v.x & 0xffff0000u) * sc,
-                             __uint_as_float(v.y << 16) * sc, __uint_as_float(v.y & 0xffff0000u) * sc};
+        const float xv[4] = {smallm::bf16_lo(v.x) * sc, smallm::bf16_hi(v.x) * sc, smallm::bf16_lo(v.y) * sc,
+                             smallm::bf16_hi(v.y) * sc};
         uint32_t hi = 0, lo = 0;
 #pragma unroll
         for (int i = 0; i < 4; i += 2) {
@@ -655,22 +637,22 @@ __global__ void __launch_bounds__(kThreads, 1) ring_gateup(Args a) {
 #pragma unroll
       for (int kb = 0; kb < kSlice / 128; ++kb) {
         float acc[4][8];
-        wg_fence();
+        mma_fence();
 #pragma unroll
         for (int grp = 0; grp < 4; ++grp)
 #pragma unroll
           for (int k = 0; k < 4; ++k) {
-            const uint64_t desc = smem_desc(base + grp * 8192 + (4 * kb + k) * 512, 256, 128);
+            const uint64_t desc = desc_plain(base + grp * 8192 + (4 * kb + k) * 512, 256, 128);
             if (k == 0) {
               wgmma_e4m3<2, false>(acc[grp], xa[4 * kb + k], desc);
             } else {
               wgmma_e4m3<2, true>(acc[grp], xa[4 * kb + k], desc);
             }
           }
-        wg_commit();
-        wg_wait0();
+        mma_commit();
+        mma_wait0();
 #pragma unroll
-        for (int grp = 0; grp < 4; ++grp) wg_hold(acc[grp]);
+        for (int grp = 0; grp < 4; ++grp) hold(acc[grp]);
         const float sg = sh.rscale[wg][st][kb], su = sh.rscale[wg][st][4 + kb];
 #pragma unroll
         for (int grp = 0; grp < 4; ++grp)
@@ -679,7 +661,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_gateup(Args a) {
       }
     }
     // every warp of the warpgroup done with the stage (its MMAs waited for, its scales read): refill it
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+    wg_barrier(wg);
     if (wt == 0) issue(n + kStages);
     const int sl = a.mode != 1 && t < a.T ? slot_of(sh, u, a.T, t) : -1;
     if (sl >= 0) {  // (no early continue: the warps stay converged for the next job's wgmmas)
