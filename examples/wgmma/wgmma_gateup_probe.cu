@@ -107,22 +107,10 @@ __host__ __device__ __forceinline__ size_t w13_offset(size_t R, int k, int D, in
 }
 
 // ------------------------------------------------------------------ wgmma helpers
-// The package's (hip/smallm_gateup_tma.h): shared addresses, transaction barriers, bulk copies, the
+// The package's, namespace smallm::tma (hip/smallm_gateup_tma.h): shared addresses, transaction barriers, bulk copies, the
 // proxy fence, wgmma's fence / commit / wait, the no-swizzle descriptor (start, LBO = the next 16-byte K
 // group's core matrices, SBO = the next 8 rows'), and hold (reads of an accumulator kept below the wait).
-using smallm::tma::bulk_copy;
-using smallm::tma::desc_plain;
-using smallm::tma::fence_proxy_async;
-using smallm::tma::hold;
-using smallm::tma::mbar_done;
-using smallm::tma::mbar_expect;
-using smallm::tma::mbar_init;
-using smallm::tma::mbar_init_fence;
-using smallm::tma::mma_commit;
-using smallm::tma::mma_fence;
-using smallm::tma::mma_wait0;
-using smallm::tma::saddr;
-using smallm::tma::wg_barrier;
+using namespace smallm::tma;
 
 // d += A(64 x 32, e4m3, registers) * B(32 x 8 NT, e4m3, shared memory via desc); without kAcc d = A B
 // (d written only: no zeros to set first).
@@ -273,7 +261,6 @@ __device__ __forceinline__ void mma_steps(float (&acc)[4 * NT], const L_& L, uin
 __device__ __forceinline__ float warp_absmax(const __nv_bfloat16* xrow, int n, int lane) {
   return smallm::tma::warp_absmax(reinterpret_cast<const uint16_t*>(xrow), n, lane);
 }
-using smallm::tma::xinv_of;
 
 // x's unit (token t, physical k kp0 .. kp0 + 15) as its hi and lo e4m3 parts, columns 2t and 2t + 1 of
 // a B-layout region (zeros for t >= T): shared memory, or global memory for x_prepare.
