@@ -178,15 +178,20 @@ def gateup_tma_grid(D: int, sms: int) -> int:
     return next((g for g in range(sms, 0, -1) if (TMA_WARPGROUPS * g) % S == 0), 0)
 
 
-def gateup_tma_why_not(arch: str, fmt: str, layout: str, T: int, K: int, D: int, I: int, sms: int) -> str:
-    """hip/smallm_moe.hip gateup_tma_fits, in words: "" where the launcher takes the TMA gate/up (the
-    device checks it also makes, compute capability 9.x and the driver's encoder, are assumed)."""
+def gateup_tma_why_not(arch: str, fmt: str, layout: str, T: int, K: int, D: int, I: int, sms: int,
+                       build: Optional[str] = None) -> str:
+    """hip/smallm_moe.hip gateup_tma_fits, in words: "" where the launcher takes the TMA gate/up. arch is
+    the device's (sm_90 on an H200), build the kernels' (the loaded extension's where None); the
+    driver's tensor-map encoder, which the launcher also needs, is assumed."""
     from . import envs
 
     if envs.GATEUP_TMA.get().strip()[:1] not in ("1", "2"):
         return "SMALLM_GATEUP_TMA unset"
-    if arch != "sm_90a":
-        return f"a {arch} build (TMA gate/up: sm_90a only)"
+    build = build if build is not None else compiled_arch()
+    if build != "sm_90a":
+        return f"a {build or 'missing'} build (TMA gate/up: sm_90a builds only)"
+    if not arch.startswith("sm_9"):
+        return f"an {arch} device (TMA gate/up: compute capability 9.x only)"
     if fmt != FP8_BLOCK128 or layout != ROW_MAJOR:
         return f"{fmt} {layout} (TMA gate/up: FP8 row-major only)"
     if T > TMA_MAX_TOKENS or T * K > TMA_MAX_PAIRS:
@@ -231,7 +236,7 @@ def _mma_over(T: int, K: int, D: int, fmt: str = FP8_BLOCK128) -> str:
 
 
 def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Optional[int] = None,
-                layout: str = ROW_MAJOR) -> str:
+                layout: str = ROW_MAJOR, build: Optional[str] = None) -> str:
     """The kernels the launcher runs for a call of this shape, and why, in words (sms: the device's
     SM count; the current CUDA device's, else the H200's)."""
     from . import envs
@@ -255,12 +260,12 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         parts = -(-T // part)
         why = (_mma_over(T, K, D, fmt) if not _gateup_mma_fits(fmt, T, K, D)
                else f"SMALLM_MMA_SPLIT_TOKENS={forced_most}")
-        return f"{parts} calls of at most {part} tokens ({why}), each " + kernel_plan(arch, fmt, part, K, D, I, sms, layout)
+        return f"{parts} calls of at most {part} tokens ({why}), each " + kernel_plan(arch, fmt, part, K, D, I, sms, layout, build)
     if not _gateup_mma_fits(fmt, T, K, D):
         return (f"two-pass (variant 5): gate/up and down on CUDA cores ({_mma_over(T, K, D, fmt)}"
                 f"{': SMALLM_MMA_SPLIT=0' if part else ''})")
     forced = envs.GATEUP_TEAMS.get().strip()[:1]  # the launcher reads the first character
-    tma_no = gateup_tma_why_not(arch, fmt, layout, T, K, D, I, sms or _device_sms())
+    tma_no = gateup_tma_why_not(arch, fmt, layout, T, K, D, I, sms or _device_sms(), build)
     if not tma_no:
         mode = envs.GATEUP_TMA.get().strip()[:1]
         gateup = (f"gate/up by TMA tiles on wgmma (SMALLM_GATEUP_TMA={mode}: experiment; FP8 sums to fp32 per "

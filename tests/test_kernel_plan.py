@@ -329,16 +329,19 @@ def test_gateup_tma_grid(D, sms, grid):
 def test_gateup_tma_plan(env):
     """SMALLM_GATEUP_TMA=1 words the TMA gate/up where the launcher takes it (FP8 row-major, sm_90a,
     <= 20 tokens, D % 512 == 0), and the reason elsewhere; unset, the plan is the mma.sync one."""
-    plan = lambda fmt, T, layout=kernels.ROW_MAJOR, arch="sm_90a", D=4096: kernels.kernel_plan(
-        arch, fmt, T, 11, D, 256, 132, layout)
+    plan = lambda fmt, T, layout=kernels.ROW_MAJOR, arch="sm_90", build="sm_90a", D=4096: kernels.kernel_plan(
+        arch, fmt, T, 11, D, 256, 132, layout, build)
     assert "TMA" not in plan("fp8_block128", 8)
     env.setenv("SMALLM_GATEUP_TMA", "1")
     assert "gate/up by TMA tiles on wgmma" in plan("fp8_block128", 8)
     assert "gate/up by TMA tiles on wgmma" in plan("fp8_block128", 21)  # two calls of 11 and 10, each TMA
     assert "TMA" not in plan("mxfp4", 8) and "TMA" not in plan("fp8_block128", 8, kernels.SHUFFLE16)
-    assert "TMA" not in plan("fp8_block128", 8, arch="sm_90")
-    assert kernels.gateup_tma_why_not("sm_90a", "fp8_block128", kernels.ROW_MAJOR, 8, 11, 4160, 256, 132).startswith("D=4160")
-    assert kernels.gateup_tma_why_not("sm_90a", "fp8_block128", kernels.ROW_MAJOR, 8, 11, 4096, 256, 132) == ""
+    # the device's arch (what device_info gives the bench, doctor and the runner's log) and the build's
+    assert "TMA" not in plan("fp8_block128", 8, build="sm_90") and "TMA" not in plan("fp8_block128", 8, arch="sm_100")
+    assert "sm_90a builds only" in kernels.gateup_tma_why_not("sm_90", "fp8_block128", kernels.ROW_MAJOR, 8, 11, 4096,
+                                                              256, 132, build=None if kernels.compiled_arch() is None else "sm_90")
+    why = lambda D: kernels.gateup_tma_why_not("sm_90", "fp8_block128", kernels.ROW_MAJOR, 8, 11, D, 256, 132, "sm_90a")
+    assert why(4160).startswith("D=4160") and why(4096) == ""
     assert "per 128-wide K block" in plan("fp8_block128", 8)
     env.setenv("SMALLM_GATEUP_TMA", "2")
     assert "SMALLM_GATEUP_TMA=2" in plan("fp8_block128", 8) and "per 32-k step" in plan("fp8_block128", 8)
