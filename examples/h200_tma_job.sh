@@ -8,6 +8,9 @@
 # with PROBE=1 (default) also the wgmma probe with PROBE_TMA=1 (the package's TMA gate/up alone beside
 # the W13 read floor, tokens 1,2,4,8,16,20: examples/wgmma). The package's commands run from /tmp (from the checkout, python
 # would import its uncompiled sglang_smallm_plugin/). Summary last; every log packed into one file.
+# BENCH_MODES (default "0 $MODES") are the benched values, SELFTEST=0 skips the selftests, MEMCHECK=0
+# the memcheck. ("h200-tma" run 4 ran entries MODE:J, J a jobs-per-warpgroup switch measured and
+# dropped: examples/results.)
 # Example: PROBE=0 bash examples/h200_tma_job.sh   (no carry needed)
 source examples/h200_common.sh
 T=${TOKENS:-1,3,8,13,20}
@@ -25,33 +28,40 @@ if [ "${PROBE:-1}" = 1 ] && [ -x /tmp/wgp ]; then
 fi
 cd /tmp
 MODES=${MODES:-1 2}
+envs_of() { echo "SMALLM_GATEUP_TMA=$1"; }
+tag_of() { echo "$1"; }
 stamp selftest
-for m in $MODES; do
-  SMALLM_GATEUP_TMA=$m timeout 300 python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds "${SEEDS:-2}" \
+for e in $MODES; do
+  [ "${SELFTEST:-1}" = 1 ] || break
+  m=$(tag_of "$e")
+  timeout 300 env $(envs_of "$e") python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds "${SEEDS:-2}" \
     --formats "${SELFTEST_FORMATS:-fp8_block128,mxfp4}" --tokens "$T" > "$OUT/selftest_moe_tma$m.log" 2>&1
-  SMALLM_GATEUP_TMA=$m timeout 60 python3 -m sglang_smallm_plugin.cli selftest --what edge \
+  timeout 60 env $(envs_of "$e") python3 -m sglang_smallm_plugin.cli selftest --what edge \
     --formats "${SELFTEST_FORMATS:-fp8_block128,mxfp4}" > "$OUT/selftest_edge_tma$m.log" 2>&1
 done
 stamp bench
-runs="0 $MODES"; [ "${ROUNDS:-1}" = 2 ] && runs="0 $MODES 0 $MODES"
+runs="${BENCH_MODES:-0 $MODES}"; [ "${ROUNDS:-1}" = 2 ] && runs="$runs $runs"
 logs=""
-for m in $runs; do
+for e in $runs; do
+  m=$(tag_of "$e")
   log="$OUT/bench_m$m.log"; [ -e "$log" ] && log="$OUT/bench_m${m}_r2.log"
-  SMALLM_GATEUP_TMA=$m timeout 150 python3 -m sglang_smallm_plugin.cli bench --out "${log%.log}" \
+  timeout 150 env $(envs_of "$e") python3 -m sglang_smallm_plugin.cli bench --out "${log%.log}" \
     --shapes qwen35-tp4,qwen35-tp8 --layouts row_major --formats fp8_block128 --tokens "$BT" > "$log" 2>&1
   logs="$logs $log"
 done
 stamp memcheck
-SMALLM_GATEUP_TMA=${MEMMODE:-2} timeout "${MEMCHECK_TIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
+[ "${MEMCHECK:-1}" = 1 ] && env $(envs_of "${MEMMODE:-2}") timeout "${MEMCHECK_TIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
   selftest --what moe --seeds 1 --shapes qwen35-tp4,minimax-m3 --formats fp8_block128 --layouts row_major \
   --tokens "${MEMTOKENS:-1,8}" > "$OUT/sanitize_tma.log" 2>&1
 stamp done
-for m in $MODES; do
-  echo "== SMALLM_GATEUP_TMA=$m"; tail -1 "$OUT/selftest_moe_tma$m.log"; grep -E " (FAIL|fail)" "$OUT/selftest_moe_tma$m.log" | head -5
+for e in $MODES; do
+  [ "${SELFTEST:-1}" = 1 ] || break
+  m=$(tag_of "$e")
+  echo "== $(envs_of "$e")"; tail -1 "$OUT/selftest_moe_tma$m.log"; grep -E " (FAIL|fail)" "$OUT/selftest_moe_tma$m.log" | head -5
   grep -E "FAIL|edge cases:" "$OUT/selftest_edge_tma$m.log" | cut -c1-120
-  grep -E "row_major" "$OUT/selftest_moe_tma$m.log" | awk '{print $5}' | sort -g | tail -1 | sed 's/^/  worst row-major FP8 error: /'
+  grep -E "row_major" "$OUT/selftest_moe_tma$m.log" | awk '{print $6}' | sort -g | tail -1 | sed 's/^/  worst row-major FP8 error: /'
 done
-grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize_tma.log"
+[ -e "$OUT/sanitize_tma.log" ] && grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize_tma.log"
 [ -e "$OUT/probe_tma.log" ] && { echo "== probe, PROBE_TMA=1"; grep -E "^(TP|ALL|SOME)" "$OUT/probe_tma.log"; }
 python3 "$R/examples/tma_bench_table.py" $logs
 pack
