@@ -10,7 +10,8 @@
 # would import its uncompiled sglang_smallm_plugin/). Summary last; every log packed into one file.
 # BENCH_MODES (default "0 $MODES") are the benched values, SELFTEST=0 skips the selftests, MEMCHECK=0
 # the memcheck. ("h200-tma" run 4 ran entries MODE:J, J a jobs-per-warpgroup switch measured and
-# dropped: examples/results.)
+# dropped: examples/results.) QUICK=MODE runs one short selftest with that mode first and stops the
+# job where it fails or hangs (90 s).
 # Example: PROBE=0 bash examples/h200_tma_job.sh   (no carry needed)
 source examples/h200_common.sh
 T=${TOKENS:-1,3,8,13,20}
@@ -30,6 +31,13 @@ cd /tmp
 MODES=${MODES:-1 2}
 envs_of() { echo "SMALLM_GATEUP_TMA=$1"; }
 tag_of() { echo "$1"; }
+if [ -n "${QUICK:-}" ]; then  # QUICK=MODE: one short selftest first (a hang costs 90 s, not the job)
+  stamp quick
+  timeout 90 env $(envs_of "$QUICK") python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds 1 \
+    --shapes qwen35-tp4 --formats fp8_block128 --layouts row_major --tokens 1,8 > "$OUT/quick.log" 2>&1
+  rc=$?; tail -6 "$OUT/quick.log"; echo "quick rc=$rc"
+  [ $rc = 0 ] || { pack; exit 13; }
+fi
 stamp selftest
 for e in $MODES; do
   [ "${SELFTEST:-1}" = 1 ] || break

@@ -61,6 +61,7 @@ struct TmaShared {
   int uni[kTmaMaxPairs];         // distinct experts, first-occurrence order
   unsigned mask[kTmaMaxPairs / 32];
   unsigned slots[kTmaMaxPairs * kTmaMaxTokens];  // [u][t]: bit k set where token t's slot k is expert u
+  int last[kTmaWarpgroups];  // the fused kernel: this warpgroup brought a counter to its end
 };
 
 // Dynamic shared memory of a block: TmaShared, the stages (1024-byte aligned: the swizzle's period), x.
@@ -252,56 +253,39 @@ SMALLM_DEV void route(const int32_t* topk_ids, int T, int K, int E, Sh& sh) {
 
 }  // namespace tma
 
-// The gate/up (see the top of this file). Partial sums into a.h + pairs I; grid: G = 2 gridDim.x
-// warpgroups, a multiple of the slices S = D / 512 (the launcher checks this and every other limit).
-template <int NT, bool kStepSums>
-__global__ void __launch_bounds__(kTmaThreads, 1)
-    smallm_gateup_tma_kernel(const __grid_constant__ CUtensorMap w13_map, MoeArgs a) {
-#if defined(SMALLM_SM90_TMA)
-  using namespace tma;
-  grid_dependents_launch();  // the slice sum may launch now (it waits for this grid before reading)
-  constexpr int NB = NT * 128, kXBytes = kTmaSlice * 8 * NT, kBlocks = kTmaSlice / 128;
-  extern __shared__ __align__(128) uint8_t smem[];
-  TmaShared& sh = *reinterpret_cast<TmaShared*>(smem);
-  const int tid = threadIdx.x, wg = tid / 128, wt = tid % 128, lane = tid % 32, w = wt / 32, g = lane / 4, q = lane % 4;
-  const uint32_t base0 = (saddr(smem) + (uint32_t)sizeof(TmaShared) + 1023u) & ~1023u;
-  const uint32_t ring = base0 + (uint32_t)(wg * kTmaStages * kTmaJobBytes);
-  uint8_t* bx = smem + (base0 - saddr(smem)) + kTmaWarpgroups * kTmaStages * kTmaJobBytes + wg * kXBytes;
-  if (wt == 0) {
-    for (int i = 0; i < kTmaStages; ++i)
-      mbar_init(saddr(&sh.full[wg][i]));
-    mbar_init_fence();
-  }
-  route(a.topk_ids, a.T, a.K, a.E, sh);  // its block barriers also publish the stage barriers' initialisation
-  const int P = a.T * a.K, S = a.D / kTmaSlice, C = a.I / 32, G = gridDim.x * kTmaWarpgroups;
-  const int njobs = sh.nu * C * S, job0 = blockIdx.x * kTmaWarpgroups + wg, s = job0 % S;
-  float* part = a.h + (size_t)P * a.I;  // [S][P][2I]
-  const float* s13 = static_cast<const float*>(a.s13);
-  auto issue = [&](int n) {  // the warpgroup's n-th job into stage n % kTmaStages (one thread)
-    const int job = job0 + n * G;
-    if (job >= njobs) return;
-    const int u = job / (C * S), c = (job / S) % C, e = sh.uni[u], st = n % kTmaStages;
-    const uint32_t bar = saddr(&sh.full[wg][st]), dst = ring + st * kTmaJobBytes;
-    mbar_expect(bar, kTmaJobBytes + 32);
-    const int rg = e * 2 * a.I + 32 * c;  // the chunk's first gate row (E 2I < 2^31: the launcher checks)
-#pragma unroll
-    for (int kb = 0; kb < kBlocks; ++kb)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)  // gate box, then up box
-        asm volatile(
-            "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-            ::"r"(dst + kb * 8192 + h * 4096), "l"(reinterpret_cast<uint64_t>(&w13_map)), "r"(s * kTmaSlice + 128 * kb),
-            "r"(rg + h * a.I), "r"(bar) : "memory");
-    const float* sg = s13 + ((size_t)e * (2 * a.I / 128) + (32 * c) / 128) * (a.D / 128) + s * kBlocks;
-    const float* su = sg + (size_t)(a.I / 128) * (a.D / 128);
-    bulk_copy(saddr(&sh.scale[wg][st][0]), sg, 16, bar);
-    bulk_copy(saddr(&sh.scale[wg][st][4]), su, 16, bar);
-  };
-  if (wt == 0)
-    for (int n = 0; n < kTmaStages; ++n) issue(n);
+namespace tma {
 
-  // x over the slice: each token's scale, then B's bytes (k-step st at st 2 NB, 16-k group kc at + kc NB,
-  // column n at (n / 8) 128 + (n % 8) 16), columns from 2T on zero
+// The warpgroup's n-th gate/up job (job0 + n G) into stage n % kTmaStages (one thread): the chunk's
+// eight W13 boxes and its sixteen block scales (two 16-byte copies) on the stage's barrier.
+SMALLM_DEV void issue_gateup(const CUtensorMap* map, const MoeArgs& a, const TmaShared& sh, int wg, uint32_t ring,
+                             int job, int st, int S, int C) {
+  constexpr int kBlocks = kTmaSlice / 128;
+  const int u = job / (C * S), c = (job / S) % C, s = job % S, e = sh.uni[u];
+  const uint32_t bar = saddr(&sh.full[wg][st]), dst = ring + st * kTmaJobBytes;
+  mbar_expect(bar, kTmaJobBytes + 32);
+  const int rg = e * 2 * a.I + 32 * c;  // the chunk's first gate row (E 2I < 2^31: the launcher checks)
+#pragma unroll
+  for (int kb = 0; kb < kBlocks; ++kb)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)  // gate box, then up box
+      asm volatile(
+          "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+          ::"r"(dst + kb * 8192 + h * 4096), "l"(reinterpret_cast<uint64_t>(map)), "r"(s * kTmaSlice + 128 * kb),
+          "r"(rg + h * a.I), "r"(bar) : "memory");
+  const float* sg = static_cast<const float*>(a.s13) + ((size_t)e * (2 * a.I / 128) + (32 * c) / 128) * (a.D / 128) +
+                    s * kBlocks;
+  const float* su = sg + (size_t)(a.I / 128) * (a.D / 128);
+  bulk_copy(saddr(&sh.scale[wg][st][0]), sg, 16, bar);
+  bulk_copy(saddr(&sh.scale[wg][st][4]), su, 16, bar);
+}
+
+// x over slice s as the gate/up's B (each token's scale into sh.xinv[wg], then the e4m3 hi and lo parts:
+// k-step st at st 2 NB, 16-k group kc at + kc NB, column n at (n / 8) 128 + (n % 8) 16; columns from 2T
+// on zero). The warpgroup's 128 threads; ends with its barrier.
+template <int NT>
+SMALLM_DEV void stage_x(const MoeArgs& a, TmaShared& sh, int wg, int s, uint8_t* bx) {
+  constexpr int NB = NT * 128;
+  const int wt = threadIdx.x % 128, w = wt / 32, lane = wt % 32;
   for (int t = w; t < a.T; t += 4) {
     const float xinv = xinv_of(warp_absmax(a.x + (size_t)t * a.D + (size_t)s * kTmaSlice, kTmaSlice, lane));
     if (lane == 0) sh.xinv[wg][t] = xinv;
@@ -333,7 +317,114 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   }
   fence_proxy_async();  // generic stores, read by wgmma
   wg_barrier(wg);
+}
 
+// One gate/up job's sums over its slice, block scales applied (tot: rows 16 w + g and + 8 of A, columns
+// 2t (hi) and 2t + 1 (lo) of the lane's tokens t = 4 j + q). kStepSums false: one accumulator per
+// 128-wide K block, one commit and wait; true: a fresh accumulator per 32-k step, added in fp32, one
+// wait per K block. stage: the job's W13 in shared memory; scale: its eight block scales.
+template <int NT, bool kStepSums>
+SMALLM_DEV void gateup_sums(float (&tot)[4 * NT], uint32_t stage, uint32_t bbase, const float* scale, int half) {
+  constexpr int NB = NT * 128, kBlocks = kTmaSlice / 128;
+#pragma unroll
+  for (int i = 0; i < 4 * NT; ++i) tot[i] = 0.0f;
+  if constexpr (!kStepSums) {
+    float acc[kBlocks][4 * NT];
+    mma_fence();
+#pragma unroll
+    for (int kb = 0; kb < kBlocks; ++kb)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint64_t ad = desc_sw128(stage + kb * 8192 + 32 * k);
+        const uint64_t bd = desc_plain(bbase + (4 * kb + k) * 2 * NB, NB, 128);
+        if (k == 0) {
+          mma<NT, false>(acc[kb], ad, bd);
+        } else {
+          mma<NT, true>(acc[kb], ad, bd);
+        }
+      }
+    mma_commit();
+    mma_wait0();
+#pragma unroll
+    for (int kb = 0; kb < kBlocks; ++kb) hold(acc[kb]);
+#pragma unroll
+    for (int kb = 0; kb < kBlocks; ++kb) {
+      const float sc = scale[4 * half + kb];
+#pragma unroll
+      for (int i = 0; i < 4 * NT; ++i) tot[i] = fmaf(acc[kb][i], sc, tot[i]);
+    }
+  } else {
+#pragma unroll
+    for (int kb = 0; kb < kBlocks; ++kb) {
+      float acc[4][4 * NT];
+      mma_fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        mma<NT, false>(acc[k], desc_sw128(stage + kb * 8192 + 32 * k), desc_plain(bbase + (4 * kb + k) * 2 * NB, NB, 128));
+      mma_commit();
+      mma_wait0();
+#pragma unroll
+      for (int k = 0; k < 4; ++k) hold(acc[k]);
+      const float sc = scale[4 * half + kb];
+#pragma unroll
+      for (int i = 0; i < 4 * NT; ++i) tot[i] = fmaf((acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]), sc, tot[i]);
+    }
+  }
+}
+
+// The job's partial gate and up sums of slice s, for each slot routed to expert u, into part
+// ([S][pairs][2I] fp32).
+template <int NT>
+SMALLM_DEV void write_partials(const float (&tot)[4 * NT], const MoeArgs& a, const TmaShared& sh, float* part, int wg,
+                               int u, int c, int s) {
+  const int wt = threadIdx.x % 128, w = wt / 32, lane = wt % 32, g = lane / 4, q = lane % 4, P = a.T * a.K;
+  // d: rows 16 w + g and + 8 of A (0-31: gate rows 32 c.., 32-63: up rows I + 32 c..), columns 2t, 2t + 1
+  const int r0 = 16 * w + g, i0 = (r0 < 32 ? 0 : a.I - 32) + 32 * c + r0;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int t = 4 * j + q;
+    unsigned m = t < a.T ? sh.slots[u * a.T + t] : 0u;  // every slot of token t naming this expert
+    if (m) {
+      const float xi = sh.xinv[wg][t];
+      const float gv = (tot[4 * j] + 0.0625f * tot[4 * j + 1]) * xi, v = (tot[4 * j + 2] + 0.0625f * tot[4 * j + 3]) * xi;
+      for (; m; m &= m - 1u) {
+        float* dst = part + ((size_t)s * P + t * a.K + (__ffs(m) - 1)) * 2 * a.I;
+        dst[i0] = gv;
+        dst[i0 + 8] = v;
+      }
+    }
+  }
+}
+
+}  // namespace tma
+
+// The gate/up (see the top of this file). Partial sums into a.h + pairs I; grid: G = 2 gridDim.x
+// warpgroups, a multiple of the slices S = D / 512 (the launcher checks this and every other limit).
+template <int NT, bool kStepSums>
+__global__ void __launch_bounds__(kTmaThreads, 1)
+    smallm_gateup_tma_kernel(const __grid_constant__ CUtensorMap w13_map, MoeArgs a) {
+#if defined(SMALLM_SM90_TMA)
+  using namespace tma;
+  grid_dependents_launch();  // the slice sum may launch now (it waits for this grid before reading)
+  constexpr int kXBytes = kTmaSlice * 8 * NT;
+  extern __shared__ __align__(128) uint8_t smem[];
+  TmaShared& sh = *reinterpret_cast<TmaShared*>(smem);
+  const int tid = threadIdx.x, wg = tid / 128, wt = tid % 128, w = wt / 32;
+  const uint32_t base0 = (saddr(smem) + (uint32_t)sizeof(TmaShared) + 1023u) & ~1023u;
+  const uint32_t ring = base0 + (uint32_t)(wg * kTmaStages * kTmaJobBytes);
+  uint8_t* bx = smem + (base0 - saddr(smem)) + kTmaWarpgroups * kTmaStages * kTmaJobBytes + wg * kXBytes;
+  if (wt == 0) {
+    for (int i = 0; i < kTmaStages; ++i)
+      mbar_init(saddr(&sh.full[wg][i]));
+    mbar_init_fence();
+  }
+  route(a.topk_ids, a.T, a.K, a.E, sh);  // its block barriers also publish the stage barriers' initialisation
+  const int P = a.T * a.K, S = a.D / kTmaSlice, C = a.I / 32, G = gridDim.x * kTmaWarpgroups;
+  const int njobs = sh.nu * C * S, job0 = blockIdx.x * kTmaWarpgroups + wg, s = job0 % S;
+  float* part = a.h + (size_t)P * a.I;  // [S][P][2I]
+  if (wt == 0)
+    for (int n = 0; n < kTmaStages && job0 + n * G < njobs; ++n) issue_gateup(&w13_map, a, sh, wg, ring, job0 + n * G, n, S, C);
+  stage_x<NT>(a, sh, wg, s, bx);
   const uint32_t bbase = saddr(bx);
   for (int n = 0;; ++n) {
     const int job = job0 + n * G;
@@ -341,71 +432,11 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     const int st = n % kTmaStages, u = job / (C * S), c = (job / S) % C;
     while (!mbar_done(saddr(&sh.full[wg][st]), (n / kTmaStages) & 1)) {
     }
-    const int half = w >> 1;  // warps 0-1: gate rows, 2-3: up rows
     float tot[4 * NT];
-#pragma unroll
-    for (int i = 0; i < 4 * NT; ++i) tot[i] = 0.0f;
-    if constexpr (!kStepSums) {  // one accumulator per K block, one wait per job
-      float acc[kBlocks][4 * NT];
-      mma_fence();
-#pragma unroll
-      for (int kb = 0; kb < kBlocks; ++kb)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const uint64_t ad = desc_sw128(ring + st * kTmaJobBytes + kb * 8192 + 32 * k);
-          const uint64_t bd = desc_plain(bbase + (4 * kb + k) * 2 * NB, NB, 128);
-          if (k == 0) {
-            mma<NT, false>(acc[kb], ad, bd);
-          } else {
-            mma<NT, true>(acc[kb], ad, bd);
-          }
-        }
-      mma_commit();
-      mma_wait0();
-#pragma unroll
-      for (int kb = 0; kb < kBlocks; ++kb) hold(acc[kb]);
-#pragma unroll
-      for (int kb = 0; kb < kBlocks; ++kb) {
-        const float sc = sh.scale[wg][st][4 * half + kb];
-#pragma unroll
-        for (int i = 0; i < 4 * NT; ++i) tot[i] = fmaf(acc[kb][i], sc, tot[i]);
-      }
-    } else {  // a fresh accumulator per 32-k step, the K block's four added in fp32, one wait per K block
-#pragma unroll
-      for (int kb = 0; kb < kBlocks; ++kb) {
-        float acc[4][4 * NT];
-        mma_fence();
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-          mma<NT, false>(acc[k], desc_sw128(ring + st * kTmaJobBytes + kb * 8192 + 32 * k),
-                         desc_plain(bbase + (4 * kb + k) * 2 * NB, NB, 128));
-        mma_commit();
-        mma_wait0();
-#pragma unroll
-        for (int k = 0; k < 4; ++k) hold(acc[k]);
-        const float sc = sh.scale[wg][st][4 * half + kb];
-#pragma unroll
-        for (int i = 0; i < 4 * NT; ++i) tot[i] = fmaf((acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]), sc, tot[i]);
-      }
-    }
+    gateup_sums<NT, kStepSums>(tot, ring + st * kTmaJobBytes, bbase, sh.scale[wg][st], w >> 1);
     wg_barrier(wg);  // every warp has waited for the MMAs reading this stage and read its scales: refill
-    if (wt == 0) issue(n + kTmaStages);
-    // d: rows 16 w + g and + 8 of A (0-31: gate rows 32 c.., 32-63: up rows I + 32 c..), columns 2t, 2t + 1
-    const int r0 = 16 * w + g, i0 = (r0 < 32 ? 0 : a.I - 32) + 32 * c + r0;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int t = 4 * j + q;
-      unsigned m = t < a.T ? sh.slots[u * a.T + t] : 0u;  // every slot of token t naming this expert
-      if (m) {
-        const float xi = sh.xinv[wg][t];
-        const float g = (tot[4 * j] + 0.0625f * tot[4 * j + 1]) * xi, v = (tot[4 * j + 2] + 0.0625f * tot[4 * j + 3]) * xi;
-        for (; m; m &= m - 1u) {
-          float* dst = part + ((size_t)s * P + t * a.K + (__ffs(m) - 1)) * 2 * a.I;
-          dst[i0] = g;
-          dst[i0 + 8] = v;
-        }
-      }
-    }
+    if (wt == 0 && job + kTmaStages * G < njobs) issue_gateup(&w13_map, a, sh, wg, ring, job + kTmaStages * G, st, S, C);
+    write_partials<NT>(tot, a, sh, part, wg, u, c, s);
   }
 #endif
 }
@@ -431,6 +462,299 @@ __global__ void __launch_bounds__(256) smallm_tma_slice_sum_kernel(MoeArgs a) {
     us += r[a.I + j];
   }
   a.h[i] = silu(gs) * us;
+}
+
+
+// ------------------------------------------------------------------ the MoE in one kernel (SMALLM_GATEUP_TMA=3)
+// The gate/up above and the down in one persistent kernel, so that the down's W2 streams right behind
+// W13 through the same stages instead of waiting for a second kernel's blocks to find free SMs ("h200-tma"
+// runs 3-4: the down's blocks need a whole SM and start only when the gate/up's blocks leave).
+//   - A warpgroup takes its gate/up jobs (as above, fp32 per 32-k step), then its down jobs: (distinct
+//     expert u, 64 rows r of D) over all of I, round-robin (u-major, so the experts whose gate/up ends
+//     first come first). A down job's W2 (64 rows x I, boxes of 128 k x 64 rows, 128-byte swizzle) is
+//     requested as soon as a stage is free, also while the warpgroup still runs gate/up jobs; only its h
+//     waits for the expert's gate/up.
+//   - Dependencies by counters in the workspace (MoeArgs::sync from kSyncTok; each goes back to 0 by
+//     the call's end): a chunk's S slice jobs count on chunk[u][c]; the last of them sums the slices in
+//     order (deterministic), writes h = silu(gate) * up as the down's B operand (per token three e4m3
+//     parts, hi + mid / 16 + lo / 256 over a power-of-two scale per 32 values of I, in columns 4t..4t+2,
+//     column 4t+3 zero) and counts on ready[u]. A down job's h (and its scales) is copied into the stage
+//     once ready[u] reaches C = I / 32, only after the warpgroup's own gate/up jobs are done, so every
+//     wait is for work that needs no wait. Each down job writes its pairs' y (fp32, [pairs][D] in
+//     MoeArgs::y) and counts on done[r]; the last of row block r's nu jobs writes out for those rows (the
+//     slots' weighted sum in slot order, as the down kernels do).
+//   - Every block must be resident at once: the grid is one block per SM (gateup_tma_grid) and the
+//     launcher asks for a cooperative launch, which fails rather than starting fewer.
+//   - Down MMAs: m64nN k32 with N = 8 NT2 columns (NT2 = ceil(T / 2): 4 per token), a fresh accumulator
+//     per 32-k step (each step has its own h scale), two steps per wait; rows 16 w + g and + 8 of the
+//     job's 64, columns 8j + 2q, + 1: lanes with even q hold token 2j + q/2's hi and mid, odd q its lo.
+constexpr int kTmaDownRows = 64;
+constexpr int kTmaFusedMaxTokens = 10;  // N <= 40 down columns
+constexpr int kTmaFusedMaxInter = 256;  // a down job's W2 (64 x I), h (I x N) and scales in one stage
+
+// Workspace of the fused kernel. Floats of MoeArgs::y: ys [P][D], then h as B tiles (bytes,
+// [u][I][N] per distinct expert), then h's scales [u][C][2 NT2]; words of MoeArgs::sync from kSyncTok:
+// chunk [P][C], ready [P], done [D / 64].
+inline long tma_fused_y_words(int T, int K, int D, int I) {
+  const long P = (long)T * K, nt2 = (T + 1) / 2;
+  return P * D + P * I * 8 * nt2 / 4 + P * (I / 32) * 2 * nt2;
+}
+inline long tma_fused_sync_words(int T, int K, int D, int I) {
+  const long P = (long)T * K;
+  return P * (I / 32) + P + D / kTmaDownRows;
+}
+
+namespace tma {
+
+// Generic-proxy global stores ordered with later async-proxy (bulk copy) accesses, and the reverse.
+SMALLM_DEV void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
+// v (|v| < 256) as three e4m3 parts, v ~ b0 + b1 / 16 + b2 / 256 (12 significant bits).
+SMALLM_DEV void split3(float v, uint32_t& b0, uint32_t& b1, uint32_t& b2) {
+#if !defined(SMALLM_SM90_TMA)
+  (void)v;
+  b0 = b1 = b2 = 0u;
+#else
+  auto part = [](float x, uint32_t& b) {
+    const __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+    b = q;
+    const __half_raw hr = __nv_cvt_fp8_to_halfraw(q, __NV_E4M3);
+    return 16.0f * (x - __half2float(*reinterpret_cast<const __half*>(&hr)));
+  };
+  part(part(part(v, b0), b1), b2);
+#endif
+}
+
+// The last of chunk (u, c)'s slice jobs: h over I values 32 c .. 32 c + 31 (lane i) for the expert's
+// tokens, summed over the slices in order, as the down's B bytes and scales (every column of the chunk's
+// k-step written, tokens not routed to u and columns from T on zero).
+template <int NT2>
+SMALLM_DEV void chunk_h(const MoeArgs& a, const TmaShared& sh, const float* part, uint8_t* hb, float* hs, int u, int c,
+                        int S) {
+  constexpr int NB2 = NT2 * 128;
+  const int wt = threadIdx.x % 128, w = wt / 32, lane = wt % 32, P = a.T * a.K, C = a.I / 32;
+  uint8_t* at = hb + (size_t)u * a.I * 8 * NT2 + (size_t)c * 2 * NB2 + (lane / 16) * NB2 + lane % 16;
+  for (int t = w; t < 2 * NT2; t += 4) {
+    const unsigned m = t < a.T ? sh.slots[u * a.T + t] : 0u;  // the same for the whole warp
+    float h = 0.0f;
+    if (m) {
+      const float* r = part + (size_t)(t * a.K + __ffs(m) - 1) * 2 * a.I + 32 * c + lane;
+      float gs = 0.0f, us = 0.0f;
+      for (int s = 0; s < S; ++s) {
+        gs += __ldcg(r + (size_t)s * P * 2 * a.I);
+        us += __ldcg(r + (size_t)s * P * 2 * a.I + a.I);
+      }
+      h = silu(gs) * us;
+    }
+    float mx = fabsf(h);
+#pragma unroll
+    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, shfl_xor(mx, o));
+    const float hinv = m ? xinv_of(mx) : 0.0f;
+    uint32_t b0 = 0u, b1 = 0u, b2 = 0u;
+    if (m) split3(h / hinv, b0, b1, b2);
+    uint8_t* col = at + (t / 2) * 128 + (t % 2) * 64;  // column 4t: (4t / 8) 128 + (4t % 8) 16
+    col[0] = (uint8_t)b0;
+    col[16] = (uint8_t)b1;
+    col[32] = (uint8_t)b2;
+    col[48] = 0;
+    if (lane == 0) hs[((size_t)u * C + c) * 2 * NT2 + t] = hinv;
+  }
+}
+
+}  // namespace tma
+
+template <int NT2>
+__global__ void __launch_bounds__(kTmaThreads, 1)
+    smallm_moe_tma_kernel(const __grid_constant__ CUtensorMap w13_map, const __grid_constant__ CUtensorMap w2_map,
+                          MoeArgs a) {
+#if defined(SMALLM_SM90_TMA)
+  using namespace tma;
+  constexpr int NT = (NT2 + 1) / 2, kXBytes = kTmaSlice * 8 * NT, NB2 = NT2 * 128;
+  extern __shared__ __align__(128) uint8_t smem[];
+  TmaShared& sh = *reinterpret_cast<TmaShared*>(smem);
+  const int tid = threadIdx.x, wg = tid / 128, wt = tid % 128, w = wt / 32, lane = wt % 32, g = lane / 4, q = lane % 4;
+  const uint32_t base0 = (saddr(smem) + (uint32_t)sizeof(TmaShared) + 1023u) & ~1023u;
+  const uint32_t ring = base0 + (uint32_t)(wg * kTmaStages * kTmaJobBytes);
+  uint8_t* const gen = smem - saddr(smem);  // shared address -> generic pointer: gen + address
+  uint8_t* bx = gen + base0 + kTmaWarpgroups * kTmaStages * kTmaJobBytes + wg * kXBytes;
+  if (wt == 0) {
+    for (int i = 0; i < kTmaStages; ++i)
+      mbar_init(saddr(&sh.full[wg][i]));
+    mbar_init_fence();
+  }
+  route(a.topk_ids, a.T, a.K, a.E, sh);
+  const int P = a.T * a.K, S = a.D / kTmaSlice, C = a.I / 32, G = gridDim.x * kTmaWarpgroups, R = a.D / kTmaDownRows;
+  const int nu = sh.nu, job0 = blockIdx.x * kTmaWarpgroups + wg, s = job0 % S;
+  if (nu == 0) {  // no valid expert: every output row is zero
+    for (int i = blockIdx.x * kTmaThreads + tid; i < a.T * a.D; i += gridDim.x * kTmaThreads) a.out[i] = 0;
+    return;
+  }
+  const int ngu_all = nu * C * S, ndn_all = nu * R;
+  const int ngu = job0 < ngu_all ? (ngu_all - job0 + G - 1) / G : 0;
+  const int total = ngu + (job0 < ndn_all ? (ndn_all - job0 + G - 1) / G : 0);
+  float* part = a.h + (size_t)P * a.I;  // [S][P][2I]
+  float* ys = a.y;                      // [P][D]
+  uint8_t* hb = reinterpret_cast<uint8_t*>(a.y + (size_t)P * a.D);
+  const uint32_t hbytes = a.I * 8 * NT2, sbytes = C * 8 * NT2, wbytes = a.I * kTmaDownRows;
+  float* hs = reinterpret_cast<float*>(hb + (size_t)P * hbytes);
+  unsigned* chunk = a.sync + kSyncTok;
+  unsigned* ready = chunk + P * C;
+  unsigned* done = ready + P;
+  auto down_job = [&](int n, int& u, int& r) {
+    const int d = job0 + (n - ngu) * G;
+    u = d / R;
+    r = d - u * R;
+  };
+  auto issue = [&](int n) {  // job n into stage n % kTmaStages (thread wt == 0); a down job's h follows
+    if (n >= total) return;
+    const int st = n % kTmaStages;
+    if (n < ngu) {
+      issue_gateup(&w13_map, a, sh, wg, ring, job0 + n * G, st, S, C);
+      return;
+    }
+    int u, r;
+    down_job(n, u, r);
+    const uint32_t bar = saddr(&sh.full[wg][st]), dst = ring + st * kTmaJobBytes;
+    mbar_expect(bar, wbytes + hbytes + sbytes);
+    for (int kb = 0; kb < a.I / 128; ++kb)
+      asm volatile(
+          "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+          ::"r"(dst + kb * 8192), "l"(reinterpret_cast<uint64_t>(&w2_map)), "r"(128 * kb),
+          "r"(sh.uni[u] * a.D + kTmaDownRows * r), "r"(bar) : "memory");
+  };
+  auto issue_h = [&](int n) {  // down job n's h and scales (thread wt == 0), once the expert's h is whole
+    int u, r;
+    down_job(n, u, r);
+    const int st = n % kTmaStages;
+    const uint32_t bar = saddr(&sh.full[wg][st]), dst = ring + st * kTmaJobBytes + wbytes;
+    while (load_acquire(&ready[u]) < (unsigned)C) {
+    }
+    fence_proxy_async_global();
+    bulk_copy(dst, hb + (size_t)u * hbytes, hbytes, bar);
+    bulk_copy(dst + hbytes, hs + (size_t)u * C * 2 * NT2, sbytes, bar);
+    if (atomicAdd(&ready[u], 1u) == (unsigned)(C + R - 1)) atomicExch(&ready[u], 0u);  // its last down job
+  };
+  if (wt == 0)
+    for (int n = 0; n < kTmaStages; ++n) issue(n);
+  if (ngu > 0) stage_x<NT>(a, sh, wg, s, bx);
+  const uint32_t bbase = saddr(bx);
+  int hnext = ngu;  // (thread wt == 0) the first down job whose h is not requested yet
+  for (int n = 0; n < total; ++n) {
+    const int st = n % kTmaStages;
+    const uint32_t stage = ring + st * kTmaJobBytes;
+    if (n < ngu) {  // a gate/up job
+      const int job = job0 + n * G, u = job / (C * S), c = (job / S) % C;
+      while (!mbar_done(saddr(&sh.full[wg][st]), (n / kTmaStages) & 1)) {
+      }
+      float tot[4 * NT];
+      gateup_sums<NT, true>(tot, stage, bbase, sh.scale[wg][st], w >> 1);
+      wg_barrier(wg);
+      if (wt == 0) issue(n + kTmaStages);
+      write_partials<NT>(tot, a, sh, part, wg, u, c, s);
+      __threadfence();
+      wg_barrier(wg);
+      if (wt == 0) {
+        const bool last = atomicAdd(&chunk[u * C + c], 1u) == (unsigned)(S - 1);
+        if (last) atomicExch(&chunk[u * C + c], 0u);
+        sh.last[wg] = last;
+      }
+      wg_barrier(wg);
+      if (sh.last[wg]) {
+        __threadfence();
+        chunk_h<NT2>(a, sh, part, hb, hs, u, c, S);
+        fence_proxy_async_global();
+        __threadfence();
+        wg_barrier(wg);
+        if (wt == 0) atomicAdd(&ready[u], 1u);
+      }
+      continue;
+    }
+    // a down job
+    int u, r;
+    down_job(n, u, r);
+    if (wt == 0) {
+      for (; hnext <= n; ++hnext) issue_h(hnext);
+      if (hnext == n + 1 && hnext < total) {  // the next job's h too, where it is ready already
+        int u1, r1;
+        down_job(hnext, u1, r1);
+        if (load_acquire(&ready[u1]) >= (unsigned)C) issue_h(hnext++);
+      }
+    }
+    while (!mbar_done(saddr(&sh.full[wg][st]), (n / kTmaStages) & 1)) {
+    }
+    const float* hsc = reinterpret_cast<const float*>(gen + stage + wbytes + hbytes);  // [C][2 NT2]
+    const float* s2 = static_cast<const float*>(a.s2) +
+                      ((size_t)sh.uni[u] * (a.D / 128) + (kTmaDownRows * r) / 128) * (a.I / 128);
+    const float w0 = (q & 1) ? 1.0f / 256.0f : 1.0f, w1 = (q & 1) ? 0.0f : 1.0f / 16.0f;
+    float y0[NT2], y1[NT2];
+#pragma unroll
+    for (int j = 0; j < NT2; ++j) y0[j] = y1[j] = 0.0f;
+    for (int kb = 0; kb < a.I / 128; ++kb) {
+      const float sc2 = __ldg(s2 + kb);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float acc[2][4 * NT2];
+        mma_fence();
+#pragma unroll
+        for (int k2 = 0; k2 < 2; ++k2) {
+          const int k = 2 * half + k2;
+          mma<NT2, false>(acc[k2], desc_sw128(stage + kb * 8192 + 32 * k),
+                          desc_plain(stage + wbytes + (4 * kb + k) * 2 * NB2, NB2, 128));
+        }
+        mma_commit();
+        mma_wait0();
+        hold(acc[0]);
+        hold(acc[1]);
+#pragma unroll
+        for (int k2 = 0; k2 < 2; ++k2) {
+          const float* hk = hsc + (4 * kb + 2 * half + k2) * 2 * NT2;
+#pragma unroll
+          for (int j = 0; j < NT2; ++j) {
+            const float f = hk[2 * j + (q >> 1)] * sc2;
+            y0[j] = fmaf(f, fmaf(acc[k2][4 * j], w0, acc[k2][4 * j + 1] * w1), y0[j]);
+            y1[j] = fmaf(f, fmaf(acc[k2][4 * j + 2], w0, acc[k2][4 * j + 3] * w1), y1[j]);
+          }
+        }
+      }
+    }
+    wg_barrier(wg);  // every warp has waited for the MMAs reading this stage and read its scales: refill
+    if (wt == 0) issue(n + kTmaStages);
+    const int row = kTmaDownRows * r + 16 * w + g;
+#pragma unroll
+    for (int j = 0; j < NT2; ++j) {
+      const float v0 = y0[j] + shfl_xor(y0[j], 1), v1 = y1[j] + shfl_xor(y1[j], 1);  // hi + mid, and lo
+      const int t = 2 * j + (q >> 1);
+      unsigned m = (q & 1) == 0 && t < a.T ? sh.slots[u * a.T + t] : 0u;
+      for (; m; m &= m - 1u) {
+        float* dst = ys + (size_t)(t * a.K + __ffs(m) - 1) * a.D + row;
+        dst[0] = v0;
+        dst[8] = v1;
+      }
+    }
+    __threadfence();
+    wg_barrier(wg);
+    if (wt == 0) {
+      const bool last = atomicAdd(&done[r], 1u) == (unsigned)(nu - 1);
+      if (last) atomicExch(&done[r], 0u);
+      sh.last[wg] = last;
+    }
+    wg_barrier(wg);
+    if (sh.last[wg]) {  // every expert's y for rows r: out = out_scale * sum over slots, in slot order
+      __threadfence();
+      for (int idx = wt; idx < a.T * kTmaDownRows; idx += 128) {
+        const int t = idx / kTmaDownRows, rr = kTmaDownRows * r + idx % kTmaDownRows;
+        float sum = 0.0f;
+        for (int k = 0; k < a.K; ++k) {
+          const int pq = t * a.K + k;
+          if (sh.ids[pq] >= 0) sum = fmaf(a.topk_w[pq], __ldcg(ys + (size_t)pq * a.D + rr), sum);
+        }
+        a.out[(size_t)t * a.D + rr] = f32_to_bf16(a.out_scale * sum);
+      }
+    }
+  }
+#else
+  (void)a;
+#endif
 }
 
 }  // namespace smallm

@@ -47,6 +47,14 @@ SMALLM_TMA(3)
 SMALLM_TMA(4)
 SMALLM_TMA(5)
 #undef SMALLM_TMA
+#define SMALLM_TMA_FUSED(NT2) \
+  template __global__ void smallm_moe_tma_kernel<NT2>(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, MoeArgs);
+SMALLM_TMA_FUSED(1)
+SMALLM_TMA_FUSED(2)
+SMALLM_TMA_FUSED(3)
+SMALLM_TMA_FUSED(4)
+SMALLM_TMA_FUSED(5)
+#undef SMALLM_TMA_FUSED
 template __global__ void smallm_moe_kernel<kFp8Block128, kRowMajor, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kFp8Block128, kShuffle16x16, 1>(MoeArgs);
 template __global__ void smallm_moe_kernel<kMxfp4, kRowMajor, 1>(MoeArgs);
@@ -374,12 +382,13 @@ int launch_gateup_mma_teams(const smallm::MoeArgs& a, gpuStream_t stream) {
 #if !defined(SMALLM_HIP)
 // FP8 row-major gate/up by TMA tiles and wgmma (smallm_gateup_tma.h; sm_90a builds on compute capability
 // 9.x), then smallm_tma_slice_sum_kernel writes h. SMALLM_GATEUP_TMA=1 takes it wherever it fits
-// (gateup_tma_fits) with fp32 promotion per 128-wide K block, =2 per 32-k step; unset or 0, the mma.sync
-// gate/up runs as before.
+// (gateup_tma_fits) with fp32 promotion per 128-wide K block, =2 per 32-k step; =3 the whole MoE in one
+// kernel (smallm_moe_tma_kernel) where moe_tma_fits, else as 2; unset or 0, the mma.sync gate/up runs as
+// before.
 int gateup_tma_mode() {
   static const int mode = [] {
     const char* v = getenv("SMALLM_GATEUP_TMA");
-    return v && (v[0] == '1' || v[0] == '2') ? v[0] - '0' : 0;
+    return v && v[0] >= '1' && v[0] <= '3' ? v[0] - '0' : 0;
   }();
   return mode;
 }
@@ -433,21 +442,26 @@ bool gateup_tma_fits(const smallm::MoeArgs& a) {
   return reinterpret_cast<uintptr_t>(a.w13) % 16 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(a.s13) % 16 == 0;
 }
+// A row-major weight tensor of `rows` rows of `kbytes` bytes as a 2-D tensor map: boxes of 128 bytes x
+// box_rows with the 128-byte swizzle (wgmma's K-major A layout). 0, or 8 where the driver refuses it.
+int encode_rows_map(CUtensorMap& map, const uint8_t* base, long kbytes, long rows, int box_rows) {
+  const cuuint64_t dims[2] = {(cuuint64_t)kbytes, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)kbytes};
+  const cuuint32_t box[2] = {(cuuint32_t)smallm::kTmaBoxBytes, (cuuint32_t)box_rows}, estr[2] = {1, 1};
+  return tma_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(base), dims, strides, box, estr,
+                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
+             ? 0
+             : 8;
+}
 int launch_gateup_tma(const smallm::MoeArgs& a, gpuStream_t stream) {
   using namespace smallm;
   static int raised[2][kTmaMaxTokens / 4 + 1][kMaxDevices] = {};
-  const bool steps = gateup_tma_mode() == 2;
+  const bool steps = gateup_tma_mode() >= 2;
   int dev = 0, sms = 0;
   if (const int err = current_device_sms(dev, sms)) return err;
   const int grid = gateup_tma_grid(a.D, sms), nt = (a.T + 3) / 4, smem = (int)tma_gateup_smem_bytes(a.T);
-  // W13 as (k bytes, rows): boxes of 128 x 32 with the 128-byte swizzle (wgmma's K-major A layout)
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {(cuuint64_t)a.D, (cuuint64_t)a.E * 2 * a.I}, strides[1] = {(cuuint64_t)a.D};
-  const cuuint32_t box[2] = {kTmaBoxBytes, kTmaBoxRows}, estr[2] = {1, 1};
-  if (tma_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.w13), dims, strides, box, estr,
-                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-    return 8;
+  CUtensorMap map;  // W13 as (k bytes, rows), boxes of 128 x 32
+  if (const int err = encode_rows_map(map, a.w13, a.D, (long)a.E * 2 * a.I, kTmaBoxRows)) return err;
   using Kernel = void (*)(const CUtensorMap, MoeArgs);
   static const Kernel kernels[5][2] = {  // [NT - 1][per 32-k step]
       {smallm_gateup_tma_kernel<1, false>, smallm_gateup_tma_kernel<1, true>},
@@ -466,6 +480,45 @@ int launch_gateup_tma(const smallm::MoeArgs& a, gpuStream_t stream) {
   return launch_dependent(smallm_tma_slice_sum_kernel, b, 0, stream);
 }
 #endif
+
+// SMALLM_GATEUP_TMA=3: the whole FP8 row-major MoE in one kernel (smallm_moe_tma_kernel) where the call
+// fits it: at most 10 tokens, I at most 256, the workspace's y and counters large enough, and what
+// gateup_tma_fits asks.
+bool moe_tma_fits(const smallm::MoeArgs& a) {
+  using namespace smallm;
+  if (gateup_tma_mode() != 3 || a.T > kTmaFusedMaxTokens || a.I > kTmaFusedMaxInter || !gateup_tma_fits(a)) return false;
+  if ((long)a.E * a.D > 0x7fffffffL) return false;
+  if (tma_fused_y_words(a.T, a.K, a.D, a.I) > (long)kMaxPairs * a.D) return false;
+  if (kSyncTok + tma_fused_sync_words(a.T, a.K, a.D, a.I) > sync_words(a.T, a.D)) return false;
+  return reinterpret_cast<uintptr_t>(a.w2) % 16 == 0 && reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
+}
+int launch_moe_tma(const smallm::MoeArgs& a, gpuStream_t stream) {
+  using namespace smallm;
+  static int raised[kTmaFusedMaxTokens / 2 + 1][kMaxDevices] = {};
+  int dev = 0, sms = 0;
+  if (const int err = current_device_sms(dev, sms)) return err;
+  const int grid = gateup_tma_grid(a.D, sms), nt2 = (a.T + 1) / 2, smem = (int)tma_gateup_smem_bytes(a.T);
+  CUtensorMap m13, m2;  // W13 (k bytes, rows) in boxes of 128 x 32, W2 in boxes of 128 x 64
+  if (const int err = encode_rows_map(m13, a.w13, a.D, (long)a.E * 2 * a.I, kTmaBoxRows)) return err;
+  if (const int err = encode_rows_map(m2, a.w2, a.I, (long)a.E * a.D, kTmaDownRows)) return err;
+  using Kernel = void (*)(const CUtensorMap, const CUtensorMap, MoeArgs);
+  static const Kernel kernels[5] = {smallm_moe_tma_kernel<1>, smallm_moe_tma_kernel<2>, smallm_moe_tma_kernel<3>,
+                                    smallm_moe_tma_kernel<4>, smallm_moe_tma_kernel<5>};
+  const Kernel kernel = kernels[nt2 - 1];
+  if (const int err = allow_dynamic_smem(kernel, raised[nt2], smem)) return err;
+  // cooperative: every block resident at once (the kernel's blocks wait on each other's counters)
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kTmaThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return (int)cudaLaunchKernelEx(&cfg, kernel, m13, m2, a);
+}
 
 template <int Fmt, int Layout>
 int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
@@ -505,6 +558,7 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   }
   if (mma && gateup_mma_fits<Fmt>(a.T, a.K, a.D)) {
     const bool j4 = a.D / mma_step_values<Fmt>() <= 4 * kWarps;
+    if (Fmt == kFp8Block128 && Layout == kRowMajor && moe_tma_fits(a)) return launch_moe_tma(a, stream);
     int err = 0;
     if (Fmt == kFp8Block128 && Layout == kRowMajor && gateup_tma_fits(a))
       err = launch_gateup_tma(a, stream);

@@ -68,9 +68,10 @@ GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     "experiment (CUDA sm_90a, FP8 row-major, tensor-core calls): 1 runs the gate/up as TMA tiles of W13 "
                     "on wgmma (hip/smallm_gateup_tma.h: up to 20 tokens and 320 token-slot pairs, D a multiple of 512), "
                     "its FP8 sums promoted to fp32 per 128-wide K block, then a kernel summing its K slices into h; 2 the "
-                    "same promoting per 32-k step (not measured yet); 0 the mma.sync gate/up (the default). Not for "
-                    "serving: 1 was slower end to end at 1-16 tokens and over the 1e-3 tolerance in the wide_scales "
-                    "edge case (examples/results \"h200-tma\")")
+                    "same promoting per 32-k step; 3 the whole MoE in one kernel (gate/up as 2, then each expert's down "
+                    "as soon as its h is whole; up to 10 tokens and I=256, else as 2); 0 the mma.sync gate/up (the "
+                    "default). Not for serving: 1 and 2 were slower end to end at 1-16 tokens, 1 over the 1e-3 "
+                    "tolerance in the wide_scales edge case (examples/results \"h200-tma\")")
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH,
        GATEUP_TEAMS, DOWN_TEAMS, DOWN_LO8, DOWN_RING, MMA_SPLIT, MMA_SPLIT_TOKENS, GATEUP_TMA)
 

@@ -77,6 +77,8 @@ TMA_SLICE = 512                        # kTmaSlice: K per job
 TMA_WARPGROUPS = 2                     # kTmaWarpgroups: per block
 TMA_MAX_TOKENS = 20                    # kTmaMaxTokens
 TMA_MAX_PAIRS = 320                    # kTmaMaxPairs
+TMA_FUSED_MAX_TOKENS = 10              # kTmaFusedMaxTokens: the one-kernel MoE (SMALLM_GATEUP_TMA=3)
+TMA_FUSED_MAX_INTER = 256              # kTmaFusedMaxInter
 # The one-team tensor-core gate/up's static shared memory as ptxas reports it for sm_90a (the
 # launcher reads it from the kernel; this mirror only words the log line).
 GATEUP_STATIC_SMEM_BYTES = 24704
@@ -185,7 +187,7 @@ def gateup_tma_why_not(arch: str, fmt: str, layout: str, T: int, K: int, D: int,
     driver's tensor-map encoder, which the launcher also needs, is assumed."""
     from . import envs
 
-    if envs.GATEUP_TMA.get().strip()[:1] not in ("1", "2"):
+    if envs.GATEUP_TMA.get().strip()[:1] not in ("1", "2", "3"):
         return "SMALLM_GATEUP_TMA unset"
     build = build if build is not None else compiled_arch()
     if build != "sm_90a":
@@ -266,10 +268,16 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
                 f"{': SMALLM_MMA_SPLIT=0' if part else ''})")
     forced = envs.GATEUP_TEAMS.get().strip()[:1]  # the launcher reads the first character
     tma_no = gateup_tma_why_not(arch, fmt, layout, T, K, D, I, sms or _device_sms(), build)
+    if not tma_no and envs.GATEUP_TMA.get().strip()[:1] == "3" and T <= TMA_FUSED_MAX_TOKENS and I <= TMA_FUSED_MAX_INTER:
+        return ("one kernel by TMA tiles on wgmma (SMALLM_GATEUP_TMA=3: experiment): the gate/up's FP8 sums to "
+                "fp32 per 32-k step, each expert's down as soon as its h is whole, h as three e4m3 parts")
     if not tma_no:
         mode = envs.GATEUP_TMA.get().strip()[:1]
+        if mode == "3":
+            mode = (f"3, {T} tokens over {TMA_FUSED_MAX_TOKENS}" if T > TMA_FUSED_MAX_TOKENS
+                    else f"3, I={I} over {TMA_FUSED_MAX_INTER}") + " for the one-kernel MoE, so as 2"
         gateup = (f"gate/up by TMA tiles on wgmma (SMALLM_GATEUP_TMA={mode}: experiment; FP8 sums to fp32 per "
-                  f"{'32-k step' if mode == '2' else '128-wide K block'}), its K slices summed into h by a second kernel")
+                  f"{'128-wide K block' if mode == '1' else '32-k step'}), its K slices summed into h by a second kernel")
     elif forced in ("1", "2"):
         gateup = (f"gate/up on tensor cores ({forced} team{'s' if forced == '2' else ''} per block: "
                   f"SMALLM_GATEUP_TEAMS={forced})")

@@ -137,6 +137,9 @@ def test_sort_matches_reference_exactly(case, seed):
     {"SMALLM_GATEUP_TMA": "1", "formats": "fp8_block128,mxfp4", "tokens": "1,3,4,5,8,13,17,20,21",
      "shapes": "qwen35-tp4,qwen35-tp8,qwen3-235b-tp4,minimax-m3"},
     {"SMALLM_GATEUP_TMA": "2", "formats": "fp8_block128", "tokens": "1,5,20", "shapes": "qwen35-tp4,qwen3-235b-tp4"},
+    # the whole MoE in one kernel: 1 to 10 tokens (down N = 8 to 40), as 2 past 10 tokens and at I = 384
+    {"SMALLM_GATEUP_TMA": "3", "formats": "fp8_block128", "tokens": "1,2,3,5,8,10,11",
+     "shapes": "qwen35-tp4,qwen35-tp8,qwen3-235b-tp4"},
 ], ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
 def test_kernel_variants_match_reference(switches):
     """Every kernel variant and A/B switch (read once per process, so in a child process): the same

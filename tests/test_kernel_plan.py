@@ -345,7 +345,15 @@ def test_gateup_tma_plan(env):
     assert "per 128-wide K block" in plan("fp8_block128", 8)
     env.setenv("SMALLM_GATEUP_TMA", "2")
     assert "SMALLM_GATEUP_TMA=2" in plan("fp8_block128", 8) and "per 32-k step" in plan("fp8_block128", 8)
-    env.setenv("SMALLM_GATEUP_TMA", "3")  # the launcher takes 1 and 2 only
+    env.setenv("SMALLM_GATEUP_TMA", "3")  # one kernel up to 10 tokens and I = 256, else as 2
+    assert plan("fp8_block128", 8).startswith("one kernel by TMA tiles on wgmma (SMALLM_GATEUP_TMA=3")
+    assert "SMALLM_GATEUP_TMA=3, 11 tokens over 10 for the one-kernel MoE, so as 2" in plan("fp8_block128", 11)
+    assert "TMA" not in plan("mxfp4", 8) and "TMA" not in plan("fp8_block128", 8, build="sm_90")
+    env.setenv("SMALLM_GATEUP_TMA", "4")  # the launcher takes 1 to 3 only
     assert "TMA" not in plan("fp8_block128", 8)
     text = (HIP / "smallm_moe.hip").read_text()
-    assert "return v && (v[0] == '1' || v[0] == '2') ? v[0] - '0' : 0;" in text
+    assert "return v && v[0] >= '1' && v[0] <= '3' ? v[0] - '0' : 0;" in text
+    assert "if (gateup_tma_mode() != 3 || a.T > kTmaFusedMaxTokens || a.I > kTmaFusedMaxInter" in text
+    tma = (HIP / "smallm_gateup_tma.h").read_text()
+    assert (f"constexpr int kTmaFusedMaxTokens = {kernels.TMA_FUSED_MAX_TOKENS};" in tma
+            and f"constexpr int kTmaFusedMaxInter = {kernels.TMA_FUSED_MAX_INTER};" in tma)
