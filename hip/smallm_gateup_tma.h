@@ -61,7 +61,8 @@ struct TmaShared {
   int uni[kTmaMaxPairs];         // distinct experts, first-occurrence order
   unsigned mask[kTmaMaxPairs / 32];
   unsigned slots[kTmaMaxPairs * kTmaMaxTokens];  // [u][t]: bit k set where token t's slot k is expert u
-  int last[kTmaWarpgroups];  // the fused kernel: this warpgroup brought a counter to its end
+  int last[kTmaWarpgroups];  // the fused kernel: what this warpgroup's count ended (or -1)
+  float tw[kTmaMaxPairs];    // the fused kernel: the routing weights
 };
 
 // Dynamic shared memory of a block: TmaShared, the stages (1024-byte aligned: the swizzle's period), x.
@@ -469,20 +470,22 @@ __global__ void __launch_bounds__(256) smallm_tma_slice_sum_kernel(MoeArgs a) {
 // The gate/up above and the down in one persistent kernel, so that the down's W2 streams right behind
 // W13 through the same stages instead of waiting for a second kernel's blocks to find free SMs ("h200-tma"
 // runs 3-4: the down's blocks need a whole SM and start only when the gate/up's blocks leave).
-//   - A warpgroup takes its gate/up jobs (as above, fp32 per 32-k step), then its down jobs: (distinct
-//     expert u, 64 rows r of D) over all of I, round-robin (u-major, so the experts whose gate/up ends
-//     first come first). A down job's W2 (64 rows x I, boxes of 128 k x 64 rows, 128-byte swizzle) is
-//     requested as soon as a stage is free, also while the warpgroup still runs gate/up jobs; only its h
-//     waits for the expert's gate/up.
+//   - A warpgroup takes its gate/up jobs (as above, fp32 per 32-k step), then its down jobs. A down job
+//     is (64 rows r of D, expert group gi): it streams the W2 tiles (64 rows x I, boxes of 128 k x 64
+//     rows, 128-byte swizzle) of the distinct experts u = gi, gi + NG, ... (NG groups: the warpgroups
+//     per row block), one expert per stage, and keeps each token's weighted sum over them in registers.
+//     W2 is requested as soon as a stage is free, also while the warpgroup still runs gate/up jobs; only
+//     an expert's h waits for its gate/up.
 //   - Dependencies by counters in the workspace (MoeArgs::sync from kSyncTok; each goes back to 0 by
-//     the call's end): a chunk's S slice jobs count on chunk[u][c]; the last of them sums the slices in
-//     order (deterministic), writes h = silu(gate) * up as the down's B operand (per token three e4m3
-//     parts, hi + mid / 16 + lo / 256 over a power-of-two scale per 32 values of I, in columns 4t..4t+2,
-//     column 4t+3 zero) and counts on ready[u]. A down job's h (and its scales) is copied into the stage
-//     once ready[u] reaches C = I / 32, only after the warpgroup's own gate/up jobs are done, so every
-//     wait is for work that needs no wait. Each down job writes its pairs' y (fp32, [pairs][D] in
-//     MoeArgs::y) and counts on done[r]; the last of row block r's nu jobs writes out for those rows (the
-//     slots' weighted sum in slot order, as the down kernels do).
+//     the call's end). A chunk's S slice jobs count on chunk[u][c] (thread 0, after a barrier and a
+//     fence: the warpgroup goes on, and looks at the count one job later); the last of them sums the
+//     slices in order (deterministic), writes h = silu(gate) * up as the down's B operand (per token three
+//     e4m3 parts, hi + mid / 16 + lo / 256 over a power-of-two scale per 32 values of I, in columns
+//     4t..4t+2, column 4t+3 zero) and counts on ready[u]. An expert's h (and its scales) is copied into a
+//     down stage once ready[u] reaches C = I / 32, only after the warpgroup's own gate/up jobs are done, so
+//     every wait is for work that needs no wait. A down job writes its tokens' sums for its rows (fp32,
+//     [NG][T][D] in MoeArgs::y) and counts on done[r]; the last of row block r's jobs (one per group
+//     that has an expert) adds the groups in order and writes out.
 //   - Every block must be resident at once: the grid is one block per SM (gateup_tma_grid) and the
 //     launcher asks for a cooperative launch, which fails rather than starting fewer.
 //   - Down MMAs: m64nN k32 with N = 8 NT2 columns (NT2 = ceil(T / 2): 4 per token), a fresh accumulator
@@ -490,14 +493,19 @@ __global__ void __launch_bounds__(256) smallm_tma_slice_sum_kernel(MoeArgs a) {
 //     job's 64, columns 8j + 2q, + 1: lanes with even q hold token 2j + q/2's hi and mid, odd q its lo.
 constexpr int kTmaDownRows = 64;
 constexpr int kTmaFusedMaxTokens = 10;  // N <= 40 down columns
-constexpr int kTmaFusedMaxInter = 256;  // a down job's W2 (64 x I), h (I x N) and scales in one stage
+constexpr int kTmaFusedMaxInter = 256;  // an expert's W2 tile (64 x I), h (I x N) and scales in one stage
 
-// Workspace of the fused kernel. Floats of MoeArgs::y: ys [P][D], then h as B tiles (bytes,
-// [u][I][N] per distinct expert), then h's scales [u][C][2 NT2]; words of MoeArgs::sync from kSyncTok:
-// chunk [P][C], ready [P], done [D / 64].
-inline long tma_fused_y_words(int T, int K, int D, int I) {
+// Expert groups per row block: the warpgroups of a grid of `blocks` over the D / 64 row blocks (>= 1).
+__host__ __device__ inline int tma_down_groups(int blocks, int D) {
+  const int g = blocks * kTmaWarpgroups / (D / kTmaDownRows);
+  return g > 0 ? g : 1;
+}
+// Workspace of the fused kernel. Floats of MoeArgs::y: the down groups' sums [NG][T][D], then h as B
+// tiles (bytes, [u][I][N] per distinct expert), then h's scales [u][C][2 NT2]; words of MoeArgs::sync
+// from kSyncTok: chunk [P][C], ready [P], done [D / 64].
+inline long tma_fused_y_words(int T, int K, int D, int I, int groups) {
   const long P = (long)T * K, nt2 = (T + 1) / 2;
-  return P * D + P * I * 8 * nt2 / 4 + P * (I / 32) * 2 * nt2;
+  return (long)groups * T * D + P * I * 8 * nt2 / 4 + P * (I / 32) * 2 * nt2;
 }
 inline long tma_fused_sync_words(int T, int K, int D, int I) {
   const long P = (long)T * K;
@@ -584,61 +592,100 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   }
   route(a.topk_ids, a.T, a.K, a.E, sh);
   const int P = a.T * a.K, S = a.D / kTmaSlice, C = a.I / 32, G = gridDim.x * kTmaWarpgroups, R = a.D / kTmaDownRows;
+  const int NG = tma_down_groups(gridDim.x, a.D);
   const int nu = sh.nu, job0 = blockIdx.x * kTmaWarpgroups + wg, s = job0 % S;
+  const int NGe = NG < nu ? NG : nu;  // the groups with an expert (the others' jobs have no step)
   if (nu == 0) {  // no valid expert: every output row is zero
     for (int i = blockIdx.x * kTmaThreads + tid; i < a.T * a.D; i += gridDim.x * kTmaThreads) a.out[i] = 0;
     return;
   }
-  const int ngu_all = nu * C * S, ndn_all = nu * R;
+  for (int p = tid; p < P; p += kTmaThreads) sh.tw[p] = a.topk_w[p];  // read after the routing's barriers below
+  const int ngu_all = nu * C * S;
   const int ngu = job0 < ngu_all ? (ngu_all - job0 + G - 1) / G : 0;
-  const int total = ngu + (job0 < ndn_all ? (ndn_all - job0 + G - 1) / G : 0);
+  // down jobs d = job0, job0 + G, ... < R NG: rows r = d / NG, experts gi = d % NG, gi + NG, ... < nu
+  auto steps_of = [&](int d) { return d % NG < nu ? (nu - d % NG + NG - 1) / NG : 0; };
+  int ndn = 0;
+  for (int d = job0; d < R * NG; d += G) ndn += steps_of(d);
+  const int total = ngu + ndn;
   float* part = a.h + (size_t)P * a.I;  // [S][P][2I]
-  float* ys = a.y;                      // [P][D]
-  uint8_t* hb = reinterpret_cast<uint8_t*>(a.y + (size_t)P * a.D);
+  float* ysum = a.y;                    // [NG][T][D]
+  uint8_t* hb = reinterpret_cast<uint8_t*>(a.y + (size_t)NG * a.T * a.D);
   const uint32_t hbytes = a.I * 8 * NT2, sbytes = C * 8 * NT2, wbytes = a.I * kTmaDownRows;
   float* hs = reinterpret_cast<float*>(hb + (size_t)P * hbytes);
   unsigned* chunk = a.sync + kSyncTok;
   unsigned* ready = chunk + P * C;
   unsigned* done = ready + P;
-  auto down_job = [&](int n, int& u, int& r) {
-    const int d = job0 + (n - ngu) * G;
-    u = d / R;
-    r = d - u * R;
+  // the n-th of the warpgroup's jobs from ngu on: down job d, its i-th expert u
+  auto down_step = [&](int n, int& d, int& i, int& u) {
+    int rest = n - ngu;
+    for (d = job0; rest >= steps_of(d); d += G) rest -= steps_of(d);
+    i = rest;
+    u = d % NG + NG * rest;
   };
-  auto issue = [&](int n) {  // job n into stage n % kTmaStages (thread wt == 0); a down job's h follows
+  auto issue = [&](int n) {  // job n into stage n % kTmaStages (thread wt == 0); a down step's h follows
     if (n >= total) return;
     const int st = n % kTmaStages;
     if (n < ngu) {
       issue_gateup(&w13_map, a, sh, wg, ring, job0 + n * G, st, S, C);
       return;
     }
-    int u, r;
-    down_job(n, u, r);
+    int d, i, u;
+    down_step(n, d, i, u);
     const uint32_t bar = saddr(&sh.full[wg][st]), dst = ring + st * kTmaJobBytes;
     mbar_expect(bar, wbytes + hbytes + sbytes);
     for (int kb = 0; kb < a.I / 128; ++kb)
       asm volatile(
           "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
           ::"r"(dst + kb * 8192), "l"(reinterpret_cast<uint64_t>(&w2_map)), "r"(128 * kb),
-          "r"(sh.uni[u] * a.D + kTmaDownRows * r), "r"(bar) : "memory");
+          "r"(sh.uni[u] * a.D + kTmaDownRows * (d / NG)), "r"(bar) : "memory");
   };
-  auto issue_h = [&](int n) {  // down job n's h and scales (thread wt == 0), once the expert's h is whole
-    int u, r;
-    down_job(n, u, r);
-    const int st = n % kTmaStages;
-    const uint32_t bar = saddr(&sh.full[wg][st]), dst = ring + st * kTmaJobBytes + wbytes;
+  auto issue_h = [&](int n, bool wait) {  // down step n's h and scales (thread wt == 0) once the expert's h
+    int d, i, u;                          // is whole; false where !wait and it is not
+    down_step(n, d, i, u);
+    if (!wait && load_acquire(&ready[u]) < (unsigned)C) return false;
     while (load_acquire(&ready[u]) < (unsigned)C) {
     }
     fence_proxy_async_global();
+    const int st = n % kTmaStages;
+    const uint32_t bar = saddr(&sh.full[wg][st]), dst = ring + st * kTmaJobBytes + wbytes;
     bulk_copy(dst, hb + (size_t)u * hbytes, hbytes, bar);
     bulk_copy(dst + hbytes, hs + (size_t)u * C * 2 * NT2, sbytes, bar);
-    if (atomicAdd(&ready[u], 1u) == (unsigned)(C + R - 1)) atomicExch(&ready[u], 0u);  // its last down job
+    if (atomicAdd(&ready[u], 1u) == (unsigned)(C + R - 1)) atomicExch(&ready[u], 0u);  // its last down step
+    return true;
+  };
+  // Thread wt == 0's count on chunk[pu][pc] from the previous gate/up job, looked at one job later:
+  // where it was the chunk's last, the warpgroup sums the chunk into h and counts on ready[pu].
+  unsigned pend = 0u;
+  int pu = -1, pc = 0;
+  auto settle = [&]() {
+    if (wt == 0) {
+      const bool last = pu >= 0 && pend == (unsigned)(S - 1);
+      if (last) {
+        atomicExch(&chunk[pu * C + pc], 0u);
+        __threadfence();  // acquire the other slices' partial sums (the warpgroup reads them after the barrier)
+      }
+      sh.last[wg] = last ? pu * C + pc : -1;
+      pu = -1;
+    }
+    wg_barrier(wg);
+    const int lc = sh.last[wg];
+    if (lc >= 0) {
+      chunk_h<NT2>(a, sh, part, hb, hs, lc / C, lc % C, S);
+      fence_proxy_async_global();
+      wg_barrier(wg);
+      if (wt == 0) {
+        __threadfence();
+        atomicAdd(&ready[lc / C], 1u);
+      }
+    }
   };
   if (wt == 0)
     for (int n = 0; n < kTmaStages; ++n) issue(n);
   if (ngu > 0) stage_x<NT>(a, sh, wg, s, bx);
   const uint32_t bbase = saddr(bx);
-  int hnext = ngu;  // (thread wt == 0) the first down job whose h is not requested yet
+  int hnext = ngu;  // (thread wt == 0) the first down step whose h is not requested yet
+  const float w0 = (q & 1) ? 1.0f / 256.0f : 1.0f, w1 = (q & 1) ? 0.0f : 1.0f / 16.0f;
+  float y0[NT2], y1[NT2];  // a down job's sums: rows 16 w + g and + 8, token 2j + q/2 (this lane's columns)
   for (int n = 0; n < total; ++n) {
     const int st = n % kTmaStages;
     const uint32_t stage = ring + st * kTmaJobBytes;
@@ -651,44 +698,42 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       wg_barrier(wg);
       if (wt == 0) issue(n + kTmaStages);
       write_partials<NT>(tot, a, sh, part, wg, u, c, s);
-      __threadfence();
+      settle();  // the previous job's count
       wg_barrier(wg);
       if (wt == 0) {
-        const bool last = atomicAdd(&chunk[u * C + c], 1u) == (unsigned)(S - 1);
-        if (last) atomicExch(&chunk[u * C + c], 0u);
-        sh.last[wg] = last;
+        __threadfence();  // the warpgroup's partial sums (ordered before it by the barrier)
+        pend = atomicAdd(&chunk[u * C + c], 1u);
+        pu = u;
+        pc = c;
       }
-      wg_barrier(wg);
-      if (sh.last[wg]) {
-        __threadfence();
-        chunk_h<NT2>(a, sh, part, hb, hs, u, c, S);
-        fence_proxy_async_global();
-        __threadfence();
-        wg_barrier(wg);
-        if (wt == 0) atomicAdd(&ready[u], 1u);
-      }
+      if (n == ngu - 1) settle();  // the last one's, before any wait for h
       continue;
     }
-    // a down job
-    int u, r;
-    down_job(n, u, r);
+    // a down step: expert u of job d
+    int d, i, u;
+    down_step(n, d, i, u);
+    if (i == 0) {
+#pragma unroll
+      for (int j = 0; j < NT2; ++j) y0[j] = y1[j] = 0.0f;
+    }
     if (wt == 0) {
-      for (; hnext <= n; ++hnext) issue_h(hnext);
-      if (hnext == n + 1 && hnext < total) {  // the next job's h too, where it is ready already
-        int u1, r1;
-        down_job(hnext, u1, r1);
-        if (load_acquire(&ready[u1]) >= (unsigned)C) issue_h(hnext++);
-      }
+      for (; hnext <= n; ++hnext) issue_h(hnext, true);
+      if (hnext == n + 1 && hnext < total && issue_h(hnext, false)) ++hnext;  // the next step's h, if ready
     }
     while (!mbar_done(saddr(&sh.full[wg][st]), (n / kTmaStages) & 1)) {
     }
+    const int r = d / NG;
     const float* hsc = reinterpret_cast<const float*>(gen + stage + wbytes + hbytes);  // [C][2 NT2]
     const float* s2 = static_cast<const float*>(a.s2) +
                       ((size_t)sh.uni[u] * (a.D / 128) + (kTmaDownRows * r) / 128) * (a.I / 128);
-    const float w0 = (q & 1) ? 1.0f / 256.0f : 1.0f, w1 = (q & 1) ? 0.0f : 1.0f / 16.0f;
-    float y0[NT2], y1[NT2];
+    float wsum[NT2];  // token 2j + q/2's routing weights on expert u (0 where it does not take it)
 #pragma unroll
-    for (int j = 0; j < NT2; ++j) y0[j] = y1[j] = 0.0f;
+    for (int j = 0; j < NT2; ++j) {
+      const int t = 2 * j + (q >> 1);
+      float ws = 0.0f;
+      for (unsigned m = t < a.T ? sh.slots[u * a.T + t] : 0u; m; m &= m - 1u) ws += sh.tw[t * a.K + __ffs(m) - 1];
+      wsum[j] = ws;
+    }
     for (int kb = 0; kb < a.I / 128; ++kb) {
       const float sc2 = __ldg(s2 + kb);
 #pragma unroll
@@ -710,7 +755,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
           const float* hk = hsc + (4 * kb + 2 * half + k2) * 2 * NT2;
 #pragma unroll
           for (int j = 0; j < NT2; ++j) {
-            const float f = hk[2 * j + (q >> 1)] * sc2;
+            const float f = hk[2 * j + (q >> 1)] * sc2 * wsum[j];
             y0[j] = fmaf(f, fmaf(acc[k2][4 * j], w0, acc[k2][4 * j + 1] * w1), y0[j]);
             y1[j] = fmaf(f, fmaf(acc[k2][4 * j + 2], w0, acc[k2][4 * j + 3] * w1), y1[j]);
           }
@@ -719,35 +764,35 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     }
     wg_barrier(wg);  // every warp has waited for the MMAs reading this stage and read its scales: refill
     if (wt == 0) issue(n + kTmaStages);
-    const int row = kTmaDownRows * r + 16 * w + g;
+    if (i + 1 < steps_of(d)) continue;  // the job goes on
+    // the job's end: its group's sums for rows r, then the row block's count
+    const int row = kTmaDownRows * r + 16 * w + g, gi = d % NG;
 #pragma unroll
     for (int j = 0; j < NT2; ++j) {
       const float v0 = y0[j] + shfl_xor(y0[j], 1), v1 = y1[j] + shfl_xor(y1[j], 1);  // hi + mid, and lo
       const int t = 2 * j + (q >> 1);
-      unsigned m = (q & 1) == 0 && t < a.T ? sh.slots[u * a.T + t] : 0u;
-      for (; m; m &= m - 1u) {
-        float* dst = ys + (size_t)(t * a.K + __ffs(m) - 1) * a.D + row;
+      if ((q & 1) == 0 && t < a.T) {
+        float* dst = ysum + ((size_t)gi * a.T + t) * a.D + row;
         dst[0] = v0;
         dst[8] = v1;
       }
     }
-    __threadfence();
     wg_barrier(wg);
     if (wt == 0) {
-      const bool last = atomicAdd(&done[r], 1u) == (unsigned)(nu - 1);
-      if (last) atomicExch(&done[r], 0u);
+      __threadfence();
+      const bool last = atomicAdd(&done[r], 1u) == (unsigned)(NGe - 1);
+      if (last) {
+        atomicExch(&done[r], 0u);
+        __threadfence();
+      }
       sh.last[wg] = last;
     }
     wg_barrier(wg);
-    if (sh.last[wg]) {  // every expert's y for rows r: out = out_scale * sum over slots, in slot order
-      __threadfence();
+    if (sh.last[wg]) {  // every group's sums for rows r: out = out_scale * their sum, groups in order
       for (int idx = wt; idx < a.T * kTmaDownRows; idx += 128) {
         const int t = idx / kTmaDownRows, rr = kTmaDownRows * r + idx % kTmaDownRows;
         float sum = 0.0f;
-        for (int k = 0; k < a.K; ++k) {
-          const int pq = t * a.K + k;
-          if (sh.ids[pq] >= 0) sum = fmaf(a.topk_w[pq], __ldcg(ys + (size_t)pq * a.D + rr), sum);
-        }
+        for (int k = 0; k < NGe; ++k) sum += __ldcg(ysum + ((size_t)k * a.T + t) * a.D + rr);
         a.out[(size_t)t * a.D + rr] = f32_to_bf16(a.out_scale * sum);
       }
     }

@@ -488,7 +488,10 @@ bool moe_tma_fits(const smallm::MoeArgs& a) {
   using namespace smallm;
   if (gateup_tma_mode() != 3 || a.T > kTmaFusedMaxTokens || a.I > kTmaFusedMaxInter || !gateup_tma_fits(a)) return false;
   if ((long)a.E * a.D > 0x7fffffffL) return false;
-  if (tma_fused_y_words(a.T, a.K, a.D, a.I) > (long)kMaxPairs * a.D) return false;
+  int dev = 0, sms = 0;
+  if (current_device_sms(dev, sms) != 0) return false;
+  if (tma_fused_y_words(a.T, a.K, a.D, a.I, tma_down_groups(gateup_tma_grid(a.D, sms), a.D)) > (long)kMaxPairs * a.D)
+    return false;
   if (kSyncTok + tma_fused_sync_words(a.T, a.K, a.D, a.I) > sync_words(a.T, a.D)) return false;
   return reinterpret_cast<uintptr_t>(a.w2) % 16 == 0 && reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
 }
