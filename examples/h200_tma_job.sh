@@ -29,8 +29,9 @@ if [ "${PROBE:-1}" = 1 ] && [ -x /tmp/wgp ]; then
 fi
 cd /tmp
 MODES=${MODES:-1 2}
-envs_of() { echo "SMALLM_GATEUP_TMA=$1"; }
-tag_of() { echo "$1"; }
+# an entry MODE:VAR=VALUE also sets VAR (log tag MODE_VALUE)
+envs_of() { local m=${1%%:*}; [ "$m" != "$1" ] && echo "SMALLM_GATEUP_TMA=$m ${1#*:}" || echo "SMALLM_GATEUP_TMA=$1"; }
+tag_of() { local m=${1%%:*}; [ "$m" != "$1" ] && echo "${m}_${1##*=}" || echo "$1"; }
 if [ -n "${QUICK:-}" ]; then  # QUICK=MODE: one short selftest first (a hang costs 90 s, not the job)
   stamp quick
   timeout 90 env $(envs_of "$QUICK") python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds 1 \
