@@ -477,13 +477,14 @@ __global__ void __launch_bounds__(256) smallm_tma_slice_sum_kernel(MoeArgs a) {
 //     W2 is requested as soon as a stage is free, also while the warpgroup still runs gate/up jobs; only
 //     an expert's h waits for its gate/up.
 //   - Dependencies by counters in the workspace (MoeArgs::sync from kSyncTok; each goes back to 0 by
-//     the call's end). A chunk's S slice jobs count on chunk[u][c] (thread 0, after a barrier and a
+//     the call's end). A chunk's S slice jobs count on chunk[u][c] (one thread, after a barrier and a
 //     fence: the warpgroup goes on, and looks at the count one job later); the last of them sums the
 //     slices in order (deterministic), writes h = silu(gate) * up as the down's B operand (per token three
 //     e4m3 parts, hi + mid / 16 + lo / 256 over a power-of-two scale per 32 values of I, in columns
-//     4t..4t+2, column 4t+3 zero) and counts on ready[u]. An expert's h (and its scales) is copied into a
-//     down stage once ready[u] reaches C = I / 32, only after the warpgroup's own gate/up jobs are done, so
-//     every wait is for work that needs no wait. A down job writes its tokens' sums for its rows (fp32,
+//     4t..4t+2, column 4t+3 zero) and counts on ready[u] (reset by the last row block's end: fin). An
+//     expert's h (and its scales) is copied into a down stage once ready[u] reaches C = I / 32, only
+//     after the warpgroup's own gate/up jobs are done, so every wait is for work that needs no wait
+//     (thread kH waits and copies, thread 0 issues the tiles, thread kBook counts). A down job writes its tokens' sums for its rows (fp32,
 //     [NG][T][D] in MoeArgs::y) and counts on done[r]; the last of row block r's jobs (one per group
 //     that has an expert) adds the groups in order and writes out.
 //   - Every block must be resident at once: the grid is one block per SM (gateup_tma_grid) and the
@@ -502,14 +503,14 @@ __host__ __device__ inline int tma_down_groups(int blocks, int D) {
 }
 // Workspace of the fused kernel. Floats of MoeArgs::y: the down groups' sums [NG][T][D], then h as B
 // tiles (bytes, [u][I][N] per distinct expert), then h's scales [u][C][2 NT2]; words of MoeArgs::sync
-// from kSyncTok: chunk [P][C], ready [P], done [D / 64].
+// from kSyncTok: chunk [P][C], ready [P], done [D / 64], fin.
 inline long tma_fused_y_words(int T, int K, int D, int I, int groups) {
   const long P = (long)T * K, nt2 = (T + 1) / 2;
   return (long)groups * T * D + P * I * 8 * nt2 / 4 + P * (I / 32) * 2 * nt2;
 }
 inline long tma_fused_sync_words(int T, int K, int D, int I) {
   const long P = (long)T * K;
-  return P * (I / 32) + P + D / kTmaDownRows;
+  return P * (I / 32) + P + D / kTmaDownRows + 1;
 }
 
 namespace tma {
@@ -615,6 +616,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   unsigned* chunk = a.sync + kSyncTok;
   unsigned* ready = chunk + P * C;
   unsigned* done = ready + P;
+  unsigned* fin = done + R;  // row blocks finished
   // the n-th of the warpgroup's jobs from ngu on: down job d, its i-th expert u
   auto down_step = [&](int n, int& d, int& i, int& u) {
     int rest = n - ngu;
@@ -639,8 +641,11 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
           ::"r"(dst + kb * 8192), "l"(reinterpret_cast<uint64_t>(&w2_map)), "r"(128 * kb),
           "r"(sh.uni[u] * a.D + kTmaDownRows * (d / NG)), "r"(bar) : "memory");
   };
-  auto issue_h = [&](int n, bool wait) {  // down step n's h and scales (thread wt == 0) once the expert's h
-    int d, i, u;                          // is whole; false where !wait and it is not
+  // Down step n's h and scales (thread kH) into its stage once the expert's h is whole (ready[u] = C);
+  // false where !wait and it is not. The stage's barrier may get these bytes before thread 0's
+  // expect for the step (a transaction count may go below zero within a phase).
+  auto issue_h = [&](int n, bool wait) {
+    int d, i, u;
     down_step(n, d, i, u);
     if (!wait && load_acquire(&ready[u]) < (unsigned)C) return false;
     while (load_acquire(&ready[u]) < (unsigned)C) {
@@ -650,15 +655,17 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     const uint32_t bar = saddr(&sh.full[wg][st]), dst = ring + st * kTmaJobBytes + wbytes;
     bulk_copy(dst, hb + (size_t)u * hbytes, hbytes, bar);
     bulk_copy(dst + hbytes, hs + (size_t)u * C * 2 * NT2, sbytes, bar);
-    if (atomicAdd(&ready[u], 1u) == (unsigned)(C + R - 1)) atomicExch(&ready[u], 0u);  // its last down step
     return true;
   };
-  // Thread wt == 0's count on chunk[pu][pc] from the previous gate/up job, looked at one job later:
-  // where it was the chunk's last, the warpgroup sums the chunk into h and counts on ready[pu].
+  // The counts and their fences are thread kBook's, not thread 0's: a fence waits for the fencing
+  // thread's bulk copies in flight ("h200-tma" run 7), and thread 0 issues them. Its count on
+  // chunk[pu][pc] from the previous gate/up job is looked at one job later: where it was the chunk's
+  // last, the warpgroup sums the chunk into h and counts on ready[pu].
+  constexpr int kBook = 32, kH = 64;
   unsigned pend = 0u;
   int pu = -1, pc = 0;
   auto settle = [&]() {
-    if (wt == 0) {
+    if (wt == kBook) {
       const bool last = pu >= 0 && pend == (unsigned)(S - 1);
       if (last) {
         atomicExch(&chunk[pu * C + pc], 0u);
@@ -673,7 +680,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       chunk_h<NT2>(a, sh, part, hb, hs, lc / C, lc % C, S);
       fence_proxy_async_global();
       wg_barrier(wg);
-      if (wt == 0) {
+      if (wt == kBook) {
         __threadfence();
         atomicAdd(&ready[lc / C], 1u);
       }
@@ -683,7 +690,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     for (int n = 0; n < kTmaStages; ++n) issue(n);
   if (ngu > 0) stage_x<NT>(a, sh, wg, s, bx);
   const uint32_t bbase = saddr(bx);
-  int hnext = ngu;  // (thread wt == 0) the first down step whose h is not requested yet
+  int hnext = ngu;  // (thread kH) the first down step whose h is not requested yet
   const float w0 = (q & 1) ? 1.0f / 256.0f : 1.0f, w1 = (q & 1) ? 0.0f : 1.0f / 16.0f;
   float y0[NT2], y1[NT2];  // a down job's sums: rows 16 w + g and + 8, token 2j + q/2 (this lane's columns)
   for (int n = 0; n < total; ++n) {
@@ -700,7 +707,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       write_partials<NT>(tot, a, sh, part, wg, u, c, s);
       settle();  // the previous job's count
       wg_barrier(wg);
-      if (wt == 0) {
+      if (wt == kBook) {
         __threadfence();  // the warpgroup's partial sums (ordered before it by the barrier)
         pend = atomicAdd(&chunk[u * C + c], 1u);
         pu = u;
@@ -716,7 +723,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 #pragma unroll
       for (int j = 0; j < NT2; ++j) y0[j] = y1[j] = 0.0f;
     }
-    if (wt == 0) {
+    if (wt == kH) {
       for (; hnext <= n; ++hnext) issue_h(hnext, true);
       if (hnext == n + 1 && hnext < total && issue_h(hnext, false)) ++hnext;  // the next step's h, if ready
     }
@@ -778,12 +785,17 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       }
     }
     wg_barrier(wg);
-    if (wt == 0) {
+    if (wt == kBook) {
       __threadfence();
       const bool last = atomicAdd(&done[r], 1u) == (unsigned)(NGe - 1);
       if (last) {
         atomicExch(&done[r], 0u);
         __threadfence();
+        // the last row block: every down step has taken its h, so the experts' ready counts go back to 0
+        if (atomicAdd(fin, 1u) == (unsigned)(R - 1)) {
+          for (int v = 0; v < nu; ++v) atomicExch(&ready[v], 0u);
+          atomicExch(fin, 0u);
+        }
       }
       sh.last[wg] = last;
     }
