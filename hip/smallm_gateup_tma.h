@@ -25,14 +25,16 @@
 //     1-2: errors 8-9.7e-4, 1.07e-3 in the wide_scales edge case; x's parts being exact, the FP8 sums
 //     kept inside the tensor core over 128 k are the likely cause).
 //     kStepSums true: a fresh accumulator per 32-k step, added in fp32 (four commits and waits per job,
-//     one per K block, with its four steps' accumulators). Not measured yet.
+//     one per K block, with its four steps' accumulators): "h200-tma" run 3, 5.7-7.6e-4, wide_scales
+//     7.7e-4, at most 2 % slower than false.
 //   - Each job writes its slice's partial gate and up sums of the pairs routed to its expert into the
 //     workspace after h ([S][pairs][2I] fp32); smallm_tma_slice_sum adds the slices in order
 //     (deterministic) and writes h = silu(gate) * up, which the down kernels read as before. The slice
 //     sum is a programmatic dependent of the gate/up (which lets it launch at once), and lets the down
-//     launch at once too: the down's blocks take SMs as gate/up blocks leave and load their W2 before
-//     their grid wait, as they did behind the mma.sync gate/up (set up after "h200-tma" run 1, where the
-//     down followed a plainly launched slice sum; not measured yet).
+//     launch at once too, though its blocks, which need a whole SM, find one only when the persistent
+//     gate/up's blocks leave, all at its end ("h200-tma" run 3: the layer 0-23 % slower than with the
+//     mma.sync gate/up, whose blocks leave one by one). The end of this file has the whole MoE in one
+//     kernel (SMALLM_GATEUP_TMA=3).
 #pragma once
 
 #include "smallm_moe.h"
@@ -489,6 +491,9 @@ __global__ void __launch_bounds__(256) smallm_tma_slice_sum_kernel(MoeArgs a) {
 //     that has an expert) adds the groups in order and writes out.
 //   - Every block must be resident at once: the grid is one block per SM (gateup_tma_grid) and the
 //     launcher asks for a cooperative launch, which fails rather than starting fewer.
+//   - Measured ("h200-tma" runs 5-8): correct on every selftest check and memcheck, errors 6.8-8.1e-4
+//     (wide_scales 9.05e-4), and 1.8-2.9x slower than the default two kernels: its jobs wait on round
+//     trips, and its gate/up part alone takes twice the gate/up kernel above (run 7). An experiment.
 //   - Down MMAs: m64nN k32 with N = 8 NT2 columns (NT2 = ceil(T / 2): 4 per token), a fresh accumulator
 //     per 32-k step (each step has its own h scale), two steps per wait; rows 16 w + g and + 8 of the
 //     job's 64, columns 8j + 2q, + 1: lanes with even q hold token 2j + q/2's hi and mid, odd q its lo.

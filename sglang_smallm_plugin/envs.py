@@ -70,7 +70,7 @@ GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     "its FP8 sums promoted to fp32 per 128-wide K block, then a kernel summing its K slices into h; 2 the "
                     "same promoting per 32-k step; 3 the whole MoE in one kernel (gate/up as 2, then each expert's down "
                     "as soon as its h is whole; up to 10 tokens and I=256, else as 2); 0 the mma.sync gate/up (the "
-                    "default). Not for serving: 1 and 2 were slower end to end at 1-16 tokens, 1 over the 1e-3 "
+                    "default). Not for serving: 2 was 0-23 % slower end to end, 3 1.8-2.9x slower, 1 over the 1e-3 "
                     "tolerance in the wide_scales edge case (examples/results \"h200-tma\")")
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH,
        GATEUP_TEAMS, DOWN_TEAMS, DOWN_LO8, DOWN_RING, MMA_SPLIT, MMA_SPLIT_TOKENS, GATEUP_TMA)

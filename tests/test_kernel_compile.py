@@ -215,6 +215,30 @@ def test_tma_gateup_kernels_take_tiles_and_wgmma(sm90a_ptx):
     assert len(sums) == 1 and "griddepcontrol.wait" in sums[0] and "griddepcontrol.launch_dependents" in sums[0]
 
 
+def test_tma_moe_kernels_stream_both_projections(sm90a_ptx):
+    """hip/smallm_gateup_tma.h smallm_moe_tma_kernel (SMALLM_GATEUP_TMA=3): its five kernels (NT2 = 1-5:
+    down N = 8 to 40, gate/up N = 8 ceil(NT2 / 2)) copy W13 and W2 by 2-D TMA tiles and h by bulk copies
+    on transaction barriers, multiply both projections with wgmma from shared memory (e4m3, a fresh
+    accumulator per 32-k step), and order their work through global counters (atomics, acquire loads,
+    the async-proxy fence for h written by generic stores); no mma.sync and no programmatic-dependent
+    launch (a cooperative launch instead)."""
+    moe = {n: b for n, b in sm90a_ptx.items() if "smallm_moe_tma_kernel" in n}
+    assert sorted(int(re.search(r"ILi(\d)E", n).group(1)) for n in moe) == [1, 2, 3, 4, 5], sorted(sm90a_ptx)
+    for name, body in moe.items():
+        nt2 = int(re.search(r"ILi(\d)E", name).group(1))
+        nt = (nt2 + 1) // 2
+        assert body.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes") >= 2, name
+        assert body.count("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes") >= 4, name
+        for n in {8 * nt, 8 * nt2}:
+            assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k32\.f32\.e4m3\.e4m3\s*\{{", body), (name, n)
+        assert "setp.ne.b32 p, 0, 0;" in body and "setp.ne.b32 p, 1, 0;" not in body, name  # fresh accumulators only
+        assert "fence.proxy.async.global" in body and "ld.acquire.gpu.global.u32" in body, name
+        assert re.search(r"atom\.global\.(add|inc)\.u32", body) and "atom.global.exch.b32" in body, name
+        assert "mma.sync" not in body and "griddepcontrol" not in body, name
+    text = (HIP / "smallm_moe.hip").read_text()
+    assert "attr[0].id = cudaLaunchAttributeCooperative;" in text
+
+
 @pytest.mark.parametrize("kernel,f16_scales,lane_scales", [
     ("smallm_gateup_mma_kernelILi1ELi0ELi4E", True, True), ("smallm_gateup_mma_kernelILi1ELi1ELi4E", True, True),
     ("smallm_gateup_mma_kernelILi1ELi1ELi8E", True, False), ("smallm_gateup_mma_kernelILi1ELi0ELi8E", True, False),
