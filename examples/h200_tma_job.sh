@@ -11,7 +11,10 @@
 # BENCH_MODES (default "0 $MODES") are the benched values, SELFTEST=0 skips the selftests, MEMCHECK=0
 # the memcheck. ("h200-tma" run 4 ran entries MODE:J, J a jobs-per-warpgroup switch measured and
 # dropped: examples/results.) QUICK=MODE runs one short selftest with that mode first and stops the
-# job where it fails or hangs (90 s).
+# job where it fails or hangs (90 s). TIMELINE="1 8" also builds examples/timeline with
+# -DSMALLM_TIMELINE and prints, per token count and each of TLMODES (default "0 3"), where one call's
+# time goes block by block (the one-kernel MoE marks its gate/up jobs as kernel "first", its down steps
+# as kernel "down").
 # Example: PROBE=0 bash examples/h200_tma_job.sh   (no carry needed)
 source examples/h200_common.sh
 T=${TOKENS:-1,3,8,13,20}
@@ -20,9 +23,19 @@ if [ "${PROBE:-1}" = 1 ]; then
   ( nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 examples/wgmma/wgmma_gateup_probe.cu -o /tmp/wgp \
       > "$OUT/probe_build.log" 2>&1 ) &
 fi
+if [ -n "${TIMELINE:-}" ]; then  # the timeline harness (examples/timeline), built beside the package
+  ( nvcc -std=c++17 -arch=sm_90a -O3 -DSMALLM_TIMELINE -Ihip examples/timeline/timeline.cu -o /tmp/timeline \
+      > "$OUT/timeline_build.log" 2>&1 ) &
+fi
 stamp build
 build
 wait
+if [ -n "${TIMELINE:-}" ] && [ -x /tmp/timeline ]; then  # TIMELINE="T..." at I = 256, each TLMODES value
+  stamp timeline
+  for t in $TIMELINE; do for m in ${TLMODES:-0 3}; do
+    SMALLM_GATEUP_TMA=$m timeout 60 /tmp/timeline 0 "$t" 256 20 > "$OUT/timeline_m${m}_t$t.log" 2>&1
+  done; done
+fi
 if [ "${PROBE:-1}" = 1 ] && [ -x /tmp/wgp ]; then
   stamp probe
   PROBE_TMA=1 timeout 40 /tmp/wgp 1,2,4,8,16,20 > "$OUT/probe_tma.log" 2>&1
@@ -72,5 +85,6 @@ for e in $MODES; do
 done
 [ -e "$OUT/sanitize_tma.log" ] && grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize_tma.log"
 [ -e "$OUT/probe_tma.log" ] && { echo "== probe, PROBE_TMA=1"; grep -E "^(TP|ALL|SOME)" "$OUT/probe_tma.log"; }
+for f in "$OUT"/timeline_m*.log; do [ -e "$f" ] && { echo "== $(basename "$f" .log)"; cat "$f"; }; done
 python3 "$R/examples/tma_bench_table.py" $logs
 pack

@@ -591,12 +591,16 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   const uint32_t ring = base0 + (uint32_t)(wg * kTmaStages * kTmaJobBytes);
   uint8_t* const gen = smem - saddr(smem);  // shared address -> generic pointer: gen + address
   uint8_t* bx = gen + base0 + kTmaWarpgroups * kTmaStages * kTmaJobBytes + wg * kXBytes;
+  // timeline marks (examples/timeline; empty in the package): thread 0, warpgroup 0's, as kernel 0 for
+  // the gate/up jobs and kernel 1 from the first down step on
+  SMALLM_TL_ENTRY(0);
   if (wt == 0) {
     for (int i = 0; i < kTmaStages; ++i)
       mbar_init(saddr(&sh.full[wg][i]));
     mbar_init_fence();
   }
   route(a.topk_ids, a.T, a.K, a.E, sh);
+  SMALLM_TL_MARK(0, kTlRouting);
   const int P = a.T * a.K, S = a.D / kTmaSlice, C = a.I / 32, G = gridDim.x * kTmaWarpgroups, R = a.D / kTmaDownRows;
   const int NG = tma_down_groups(gridDim.x, a.D);
   const int nu = sh.nu, job0 = blockIdx.x * kTmaWarpgroups + wg, s = job0 % S;
@@ -694,6 +698,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   if (wt == 0)
     for (int n = 0; n < kTmaStages; ++n) issue(n);
   if (ngu > 0) stage_x<NT>(a, sh, wg, s, bx);
+  SMALLM_TL_MARK(0, kTlReady);
   const uint32_t bbase = saddr(bx);
   int hnext = ngu;  // (thread kH) the first down step whose h is not requested yet
   const float w0 = (q & 1) ? 1.0f / 256.0f : 1.0f, w1 = (q & 1) ? 0.0f : 1.0f / 16.0f;
@@ -719,11 +724,16 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
         pc = c;
       }
       if (n == ngu - 1) settle();  // the last one's, before any wait for h
+      SMALLM_TL_MARK(0, kTlJob0 + (n < 5 ? n : 5));
       continue;
     }
     // a down step: expert u of job d
     int d, i, u;
     down_step(n, d, i, u);
+    if (n == ngu) {
+      SMALLM_TL_EXIT(0);
+      SMALLM_TL_ENTRY(1);
+    }
     if (i == 0) {
 #pragma unroll
       for (int j = 0; j < NT2; ++j) y0[j] = y1[j] = 0.0f;
@@ -734,6 +744,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     }
     while (!mbar_done(saddr(&sh.full[wg][st]), (n / kTmaStages) & 1)) {
     }
+    if (n == ngu) SMALLM_TL_MARK(1, kTlHReady);  // the first step's W2 and h arrived
     const int r = d / NG;
     const float* hsc = reinterpret_cast<const float*>(gen + stage + wbytes + hbytes);  // [C][2 NT2]
     const float* s2 = static_cast<const float*>(a.s2) +
@@ -776,7 +787,9 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     }
     wg_barrier(wg);  // every warp has waited for the MMAs reading this stage and read its scales: refill
     if (wt == 0) issue(n + kTmaStages);
+    if (n == ngu) SMALLM_TL_MARK(1, kTlJob0Mma);
     if (i + 1 < steps_of(d)) continue;  // the job goes on
+    SMALLM_TL_MARK(1, kTlDownJobs);
     // the job's end: its group's sums for rows r, then the row block's count
     const int row = kTmaDownRows * r + 16 * w + g, gi = d % NG;
 #pragma unroll
@@ -814,6 +827,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       }
     }
   }
+  if (total == ngu) SMALLM_TL_EXIT(0);  // no down step
+  SMALLM_TL_EXIT(1);
 #else
   (void)a;
 #endif
