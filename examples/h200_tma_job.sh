@@ -24,7 +24,7 @@ if [ "${PROBE:-1}" = 1 ]; then
       > "$OUT/probe_build.log" 2>&1 ) &
 fi
 if [ -n "${TIMELINE:-}" ]; then  # the timeline harness (examples/timeline), built beside the package
-  ( nvcc -std=c++17 -arch=sm_90a -O3 -DSMALLM_TIMELINE -Ihip examples/timeline/timeline.cu -o /tmp/timeline \
+  ( nvcc -std=c++17 -arch=sm_90a -O3 -DSMALLM_TIMELINE -DSMALLM_BUILD_ARCH=\"sm_90a\" -Ihip examples/timeline/timeline.cu -o /tmp/timeline \
       > "$OUT/timeline_build.log" 2>&1 ) &
 fi
 stamp build

@@ -4,7 +4,8 @@
 // Qwen3.5-shaped weights with fresh random routing per iteration, and prints per phase the time
 // from the first block's entry (min / median / max over blocks, medians over iterations).
 // Usage: timeline FMT(0 fp8, 1 mxfp4) T I [iters]; SMALLM_* switches as for the package.
-// Build: nvcc -std=c++17 -arch=sm_90a -O3 -DSMALLM_TIMELINE -Ihip examples/timeline/timeline.cu -o timeline
+// Build: nvcc -std=c++17 -arch=sm_90a -O3 -DSMALLM_TIMELINE -DSMALLM_BUILD_ARCH=\"sm_90a\" -Ihip examples/timeline/timeline.cu -o timeline
+// (the build arch lets the launcher take the sm_90a-only TMA paths, SMALLM_GATEUP_TMA)
 #include "smallm_moe.hip"
 
 #include <algorithm>
