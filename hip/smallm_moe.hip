@@ -479,7 +479,6 @@ int launch_gateup_tma(const smallm::MoeArgs& a, gpuStream_t stream) {
   b.nblocks = (a.T * a.K * a.I + 255) / 256;
   return launch_dependent(smallm_tma_slice_sum_kernel, b, 0, stream);
 }
-#endif
 
 // SMALLM_GATEUP_TMA=3: the whole FP8 row-major MoE in one kernel (smallm_moe_tma_kernel) where the call
 // fits it: at most 10 tokens, I at most 256, the workspace's y and counters large enough, and what
@@ -522,6 +521,7 @@ int launch_moe_tma(const smallm::MoeArgs& a, gpuStream_t stream) {
   cfg.numAttrs = 1;
   return (int)cudaLaunchKernelEx(&cfg, kernel, m13, m2, a);
 }
+#endif
 
 template <int Fmt, int Layout>
 int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
