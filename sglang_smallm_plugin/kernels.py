@@ -237,6 +237,23 @@ def _mma_over(T: int, K: int, D: int, fmt: str = FP8_BLOCK128) -> str:
     return f"{T * K} pairs, over the {MMA_MAX_PAIRS} of a tensor-core call"
 
 
+def tma_fused_why_not(T: int, K: int, D: int, I: int, sms: int) -> str:
+    """hip/smallm_moe.hip moe_tma_fits beyond gateup_tma_fits, in words: "" where SMALLM_GATEUP_TMA=3
+    runs the whole MoE in one kernel (tokens, I, and the workspace's y and counters: tma_fused_y_words,
+    tma_fused_sync_words in hip/smallm_gateup_tma.h)."""
+    if T > TMA_FUSED_MAX_TOKENS:
+        return f"{T} tokens over {TMA_FUSED_MAX_TOKENS}"
+    if I > TMA_FUSED_MAX_INTER:
+        return f"I={I} over {TMA_FUSED_MAX_INTER}"
+    P, nt2, rows = T * K, (T + 1) // 2, D // 64
+    groups = max(1, gateup_tma_grid(D, sms) * TMA_WARPGROUPS // rows)
+    if groups * T * D + P * I * 8 * nt2 // 4 + P * (I // 32) * 2 * nt2 > MAX_PAIRS * D:
+        return f"its sums and h over the workspace's y at D={D}"
+    if P * (I // 32) + P + rows + 1 > T * ((D + MIN_ROWS2 - 1) // MIN_ROWS2):
+        return f"its counters over the workspace's at {T} tokens, D={D}"
+    return ""
+
+
 def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Optional[int] = None,
                 layout: str = ROW_MAJOR, build: Optional[str] = None) -> str:
     """The kernels the launcher runs for a call of this shape, and why, in words (sms: the device's
@@ -268,14 +285,14 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
                 f"{': SMALLM_MMA_SPLIT=0' if part else ''})")
     forced = envs.GATEUP_TEAMS.get().strip()[:1]  # the launcher reads the first character
     tma_no = gateup_tma_why_not(arch, fmt, layout, T, K, D, I, sms or _device_sms(), build)
-    if not tma_no and envs.GATEUP_TMA.get().strip()[:1] == "3" and T <= TMA_FUSED_MAX_TOKENS and I <= TMA_FUSED_MAX_INTER:
+    fused_no = tma_fused_why_not(T, K, D, I, sms or _device_sms())
+    if not tma_no and envs.GATEUP_TMA.get().strip()[:1] == "3" and not fused_no:
         return ("one kernel by TMA tiles on wgmma (SMALLM_GATEUP_TMA=3: experiment): the gate/up's FP8 sums to "
                 "fp32 per 32-k step, each expert's down as soon as its h is whole, h as three e4m3 parts")
     if not tma_no:
         mode = envs.GATEUP_TMA.get().strip()[:1]
         if mode == "3":
-            mode = (f"3, {T} tokens over {TMA_FUSED_MAX_TOKENS}" if T > TMA_FUSED_MAX_TOKENS
-                    else f"3, I={I} over {TMA_FUSED_MAX_INTER}") + " for the one-kernel MoE, so as 2"
+            mode = f"3, {fused_no} for the one-kernel MoE, so as 2"
         gateup = (f"gate/up by TMA tiles on wgmma (SMALLM_GATEUP_TMA={mode}: experiment; FP8 sums to fp32 per "
                   f"{'128-wide K block' if mode == '1' else '32-k step'}), its K slices summed into h by a second kernel")
     elif forced in ("1", "2"):

@@ -349,6 +349,15 @@ def test_gateup_tma_plan(env):
     assert plan("fp8_block128", 8).startswith("one kernel by TMA tiles on wgmma (SMALLM_GATEUP_TMA=3")
     assert "SMALLM_GATEUP_TMA=3, 11 tokens over 10 for the one-kernel MoE, so as 2" in plan("fp8_block128", 11)
     assert "TMA" not in plan("mxfp4", 8) and "TMA" not in plan("fp8_block128", 8, build="sm_90")
+    # the workspace: y holds the groups' sums and h at D = 512 only for few pairs; the counters need D
+    assert kernels.tma_fused_why_not(1, 11, 4096, 256, 132) == "" and kernels.tma_fused_why_not(10, 11, 4096, 256, 132) == ""
+    assert kernels.tma_fused_why_not(10, 16, 512, 256, 132).startswith("its sums and h over the workspace's y")
+    assert kernels.tma_fused_why_not(1, 16, 512, 256, 132).startswith("its counters over the workspace's")
+    assert kernels.tma_fused_why_not(8, 8, 4096, 384, 132) == "I=384 over 256"
+    text = (HIP / "smallm_gateup_tma.h").read_text()
+    assert "return (long)groups * T * D + P * I * 8 * nt2 / 4 + P * (I / 32) * 2 * nt2;" in text
+    assert "return P * (I / 32) + P + D / kTmaDownRows + 1;" in text
+    assert "const int g = blocks * kTmaWarpgroups / (D / kTmaDownRows);" in text
     env.setenv("SMALLM_GATEUP_TMA", "4")  # the launcher takes 1 to 3 only
     assert "TMA" not in plan("fp8_block128", 8)
     text = (HIP / "smallm_moe.hip").read_text()
