@@ -609,7 +609,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     for (int i = blockIdx.x * kTmaThreads + tid; i < a.T * a.D; i += gridDim.x * kTmaThreads) a.out[i] = 0;
     return;
   }
-  for (int p = tid; p < P; p += kTmaThreads) sh.tw[p] = a.topk_w[p];  // read after the routing's barriers below
+  for (int p = tid; p < P; p += kTmaThreads) sh.tw[p] = a.topk_w[p];  // both warpgroups' threads write, any reads
+  __syncthreads();
   const int ngu_all = nu * C * S;
   const int ngu = job0 < ngu_all ? (ngu_all - job0 + G - 1) / G : 0;
   // down jobs d = job0, job0 + G, ... < R NG: rows r = d / NG, experts gi = d % NG, gi + NG, ... < nu
