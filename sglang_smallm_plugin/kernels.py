@@ -241,6 +241,8 @@ def tma_fused_why_not(T: int, K: int, D: int, I: int, sms: int) -> str:
     """hip/smallm_moe.hip moe_tma_fits beyond gateup_tma_fits, in words: "" where SMALLM_GATEUP_TMA=3
     runs the whole MoE in one kernel (tokens, I, and the workspace's y and counters: tma_fused_y_words,
     tma_fused_sync_words in hip/smallm_gateup_tma.h)."""
+    if D % TMA_SLICE or D < TMA_SLICE:
+        return f"D={D} (a multiple of {TMA_SLICE})"
     if T > TMA_FUSED_MAX_TOKENS:
         return f"{T} tokens over {TMA_FUSED_MAX_TOKENS}"
     if I > TMA_FUSED_MAX_INTER:
@@ -285,8 +287,9 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
                 f"{': SMALLM_MMA_SPLIT=0' if part else ''})")
     forced = envs.GATEUP_TEAMS.get().strip()[:1]  # the launcher reads the first character
     tma_no = gateup_tma_why_not(arch, fmt, layout, T, K, D, I, sms or _device_sms(), build)
-    fused_no = tma_fused_why_not(T, K, D, I, sms or _device_sms())
-    if not tma_no and envs.GATEUP_TMA.get().strip()[:1] == "3" and not fused_no:
+    fused = not tma_no and envs.GATEUP_TMA.get().strip()[:1] == "3"
+    fused_no = tma_fused_why_not(T, K, D, I, sms or _device_sms()) if fused else ""
+    if fused and not fused_no:
         return ("one kernel by TMA tiles on wgmma (SMALLM_GATEUP_TMA=3: experiment): the gate/up's FP8 sums to "
                 "fp32 per 32-k step, each expert's down as soon as its h is whole, h as three e4m3 parts")
     if not tma_no:

@@ -354,6 +354,7 @@ def test_gateup_tma_plan(env):
     assert kernels.tma_fused_why_not(10, 16, 512, 256, 132).startswith("its sums and h over the workspace's y")
     assert kernels.tma_fused_why_not(1, 16, 512, 256, 132).startswith("its counters over the workspace's")
     assert kernels.tma_fused_why_not(8, 8, 4096, 384, 132) == "I=384 over 256"
+    assert kernels.tma_fused_why_not(1, 8, 256, 128, 132) == "D=256 (a multiple of 512)"
     text = (HIP / "smallm_gateup_tma.h").read_text()
     assert "return (long)groups * T * D + P * I * 8 * nt2 / 4 + P * (I / 32) * 2 * nt2;" in text
     assert "return P * (I / 32) + P + D / kTmaDownRows + 1;" in text
