@@ -96,6 +96,10 @@ SMALLM_DEV bool mbar_done(uint32_t bar, uint32_t parity) {
 #endif
   return ok != 0;
 }
+SMALLM_DEV void mbar_wait(uint32_t bar, uint32_t parity) {  // spins until the phase of that parity completed
+  while (!mbar_done(bar, parity)) {
+  }
+}
 SMALLM_DEV void mbar_init(uint32_t bar) {  // one arrival per phase (the thread that posts the bytes)
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
 }
@@ -126,6 +130,12 @@ SMALLM_DEV void mma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" 
 // This thread's generic shared-memory stores made visible to the async proxy (wgmma's operand reads);
 // a barrier after it makes them everyone's.
 SMALLM_DEV void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// The 2-D tensor map's box at (x bytes, row y) to shared dst, completing on the transaction barrier bar.
+SMALLM_DEV void tile_copy(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar) : "memory");
+}
 // `bytes` (a multiple of 16) from global src to shared dst, completing on the transaction barrier bar.
 SMALLM_DEV void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
@@ -170,6 +180,11 @@ SMALLM_TMA_MMA_BOTH(3, 24, SMALLM_TMA_D12, 12, 13, SMALLM_TMA_O12)
 SMALLM_TMA_MMA_BOTH(4, 32, SMALLM_TMA_D16, 16, 17, SMALLM_TMA_O16)
 SMALLM_TMA_MMA_BOTH(5, 40, SMALLM_TMA_D20, 20, 21, SMALLM_TMA_O20)
 
+SMALLM_DEV float warp_max(float m) {  // over the warp's lanes (every lane gets it)
+#pragma unroll
+  for (int o = 16; o; o >>= 1) m = fmaxf(m, shfl_xor(m, o));
+  return m;
+}
 // The largest |x| of n bf16 values (a warp's work; every lane gets it).
 SMALLM_DEV float warp_absmax(const uint16_t* xrow, int n, int lane) {
   float m = 0.0f;
@@ -180,9 +195,7 @@ SMALLM_DEV float warp_absmax(const uint16_t* xrow, int n, int lane) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) m = fmaxf(m, fmaxf(fabsf(bf16_lo(ww[i])), fabsf(bf16_hi(ww[i]))));
   }
-#pragma unroll
-  for (int o = 16; o; o >>= 1) m = fmaxf(m, shfl_xor(m, o));
-  return m;
+  return warp_max(m);
 }
 // 1 / s for a token whose largest |x| is m: s = 2^(7 - floor(log2 m)) puts m in [128, 256).
 SMALLM_DEV float xinv_of(float m) {
@@ -271,10 +284,7 @@ SMALLM_DEV void issue_gateup(const CUtensorMap* map, const MoeArgs& a, const Tma
   for (int kb = 0; kb < kBlocks; ++kb)
 #pragma unroll
     for (int h = 0; h < 2; ++h)  // gate box, then up box
-      asm volatile(
-          "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-          ::"r"(dst + kb * 8192 + h * 4096), "l"(reinterpret_cast<uint64_t>(map)), "r"(s * kTmaSlice + 128 * kb),
-          "r"(rg + h * a.I), "r"(bar) : "memory");
+      tile_copy(dst + kb * 8192 + h * 4096, map, s * kTmaSlice + 128 * kb, rg + h * a.I, bar);
   const float* sg = static_cast<const float*>(a.s13) + ((size_t)e * (2 * a.I / 128) + (32 * c) / 128) * (a.D / 128) +
                     s * kBlocks;
   const float* su = sg + (size_t)(a.I / 128) * (a.D / 128);
@@ -433,8 +443,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     const int job = job0 + n * G;
     if (job >= njobs) break;
     const int st = n % kTmaStages, u = job / (C * S), c = (job / S) % C;
-    while (!mbar_done(saddr(&sh.full[wg][st]), (n / kTmaStages) & 1)) {
-    }
+    mbar_wait(saddr(&sh.full[wg][st]), (n / kTmaStages) & 1);
     float tot[4 * NT];
     gateup_sums<NT, kStepSums>(tot, ring + st * kTmaJobBytes, bbase, sh.scale[wg][st], w >> 1);
     wg_barrier(wg);  // every warp has waited for the MMAs reading this stage and read its scales: refill
@@ -486,9 +495,9 @@ __global__ void __launch_bounds__(256) smallm_tma_slice_sum_kernel(MoeArgs a) {
 //     4t..4t+2, column 4t+3 zero) and counts on ready[u] (reset by the last row block's end: fin). An
 //     expert's h (and its scales) is copied into a down stage once ready[u] reaches C = I / 32, only
 //     after the warpgroup's own gate/up jobs are done, so every wait is for work that needs no wait
-//     (thread kH waits and copies, thread 0 issues the tiles, thread kBook counts). A down job writes its tokens' sums for its rows (fp32,
-//     [NG][T][D] in MoeArgs::y) and counts on done[r]; the last of row block r's jobs (one per group
-//     that has an expert) adds the groups in order and writes out.
+//     (thread kH waits and copies, thread 0 issues the tiles, thread kBook counts). A down job writes
+//     its tokens' sums for its rows (fp32, [NG][T][D] in MoeArgs::y) and counts on done[r]; the last of
+//     row block r's jobs (one per group that has an expert) adds the groups in order and writes out.
 //   - Every block must be resident at once: the grid is one block per SM (gateup_tma_grid) and the
 //     launcher asks for a cooperative launch, which fails rather than starting fewer.
 //   - Measured ("h200-tma" runs 5-8): correct on every selftest check and memcheck, errors 6.8-8.1e-4
@@ -560,9 +569,7 @@ SMALLM_DEV void chunk_h(const MoeArgs& a, const TmaShared& sh, const float* part
       }
       h = silu(gs) * us;
     }
-    float mx = fabsf(h);
-#pragma unroll
-    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, shfl_xor(mx, o));
+    const float mx = warp_max(fabsf(h));  // every lane shuffles, whether or not the token takes u
     const float hinv = m ? xinv_of(mx) : 0.0f;
     uint32_t b0 = 0u, b1 = 0u, b2 = 0u;
     if (m) split3(h / hinv, b0, b1, b2);
@@ -646,10 +653,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     const uint32_t bar = saddr(&sh.full[wg][st]), dst = ring + st * kTmaJobBytes;
     mbar_expect(bar, wbytes + hbytes + sbytes);
     for (int kb = 0; kb < a.I / 128; ++kb)
-      asm volatile(
-          "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-          ::"r"(dst + kb * 8192), "l"(reinterpret_cast<uint64_t>(&w2_map)), "r"(128 * kb),
-          "r"(sh.uni[u] * a.D + kTmaDownRows * (d / NG)), "r"(bar) : "memory");
+      tile_copy(dst + kb * 8192, &w2_map, 128 * kb, sh.uni[u] * a.D + kTmaDownRows * (d / NG), bar);
   };
   // Down step n's h and scales (thread kH) into its stage once the expert's h is whole (ready[u] = C);
   // false where !wait and it is not. The stage's barrier may get these bytes before thread 0's
@@ -709,8 +713,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     const uint32_t stage = ring + st * kTmaJobBytes;
     if (n < ngu) {  // a gate/up job
       const int job = job0 + n * G, u = job / (C * S), c = (job / S) % C;
-      while (!mbar_done(saddr(&sh.full[wg][st]), (n / kTmaStages) & 1)) {
-      }
+      mbar_wait(saddr(&sh.full[wg][st]), (n / kTmaStages) & 1);
       float tot[4 * NT];
       gateup_sums<NT, true>(tot, stage, bbase, sh.scale[wg][st], w >> 1);
       wg_barrier(wg);
@@ -743,8 +746,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       for (; hnext <= n; ++hnext) issue_h(hnext, true);
       if (hnext == n + 1 && hnext < total && issue_h(hnext, false)) ++hnext;  // the next step's h, if ready
     }
-    while (!mbar_done(saddr(&sh.full[wg][st]), (n / kTmaStages) & 1)) {
-    }
+    mbar_wait(saddr(&sh.full[wg][st]), (n / kTmaStages) & 1);
     if (n == ngu) SMALLM_TL_MARK(1, kTlHReady);  // the first step's W2 and h arrived
     const int r = d / NG;
     const float* hsc = reinterpret_cast<const float*>(gen + stage + wbytes + hbytes);  // [C][2 NT2]
