@@ -180,6 +180,40 @@ SMALLM_TMA_MMA_BOTH(3, 24, SMALLM_TMA_D12, 12, 13, SMALLM_TMA_O12)
 SMALLM_TMA_MMA_BOTH(4, 32, SMALLM_TMA_D16, 16, 17, SMALLM_TMA_O16)
 SMALLM_TMA_MMA_BOTH(5, 40, SMALLM_TMA_D20, 20, 21, SMALLM_TMA_O20)
 
+// d (+)= A(64 x 32 e4m3, registers) * B(32 x 8 NT e4m3, shared memory, bdesc). A's fragment, register j of
+// thread (warp w, lane 4 g + q): bytes 4q..4q+3 of row 16 w + g + 8 (j & 1), k + 16 for j >= 2 (checked
+// against the shared-memory form by examples/wgmma/wgmma_gateup_probe.cu's fragment check). The caller
+// keeps a's registers unchanged until the wgmma wait (hold_regs after it).
+template <int NT, bool kAcc>
+SMALLM_DEV void mma_ra(float (&d)[4 * NT], const uint32_t (&a)[4], uint64_t bdesc);
+#if defined(SMALLM_SM90_TMA)
+#define SMALLM_TMA_MMA_RA_ONE(NT, ACC, FLAG, N, DL, AL, BD, OUTS, C)                                          \
+  template <>                                                                                          \
+  SMALLM_DEV void mma_ra<NT, ACC>(float(&d)[4 * NT], const uint32_t(&a)[4], uint64_t bdesc) {          \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " FLAG ", 0;\n"                                     \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" DL "}, {" AL "}, %" #BD ", p, 1, 1;\n}\n" \
+                 : OUTS(C)                                                                             \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc));                            \
+  }
+#else
+#define SMALLM_TMA_MMA_RA_ONE(NT, ACC, FLAG, N, DL, AL, BD, OUTS, C)                        \
+  template <>                                                                        \
+  SMALLM_DEV void mma_ra<NT, ACC>(float(&d)[4 * NT], const uint32_t(&)[4], uint64_t) { (void)d; }
+#endif
+#define SMALLM_TMA_MMA_RA_BOTH(NT, N, DL, AL, BD, OUTS)                     \
+  SMALLM_TMA_MMA_RA_ONE(NT, false, "0", N, DL, AL, BD, OUTS, SMALLM_TMA_SET) \
+  SMALLM_TMA_MMA_RA_ONE(NT, true, "1", N, DL, AL, BD, OUTS, SMALLM_TMA_ACC)
+SMALLM_TMA_MMA_RA_BOTH(1, 8, SMALLM_TMA_D4, "%4, %5, %6, %7", 8, SMALLM_TMA_O4)
+SMALLM_TMA_MMA_RA_BOTH(2, 16, SMALLM_TMA_D8, "%8, %9, %10, %11", 12, SMALLM_TMA_O8)
+SMALLM_TMA_MMA_RA_BOTH(3, 24, SMALLM_TMA_D12, "%12, %13, %14, %15", 16, SMALLM_TMA_O12)
+SMALLM_TMA_MMA_RA_BOTH(4, 32, SMALLM_TMA_D16, "%16, %17, %18, %19", 20, SMALLM_TMA_O16)
+SMALLM_TMA_MMA_RA_BOTH(5, 40, SMALLM_TMA_D20, "%20, %21, %22, %23", 24, SMALLM_TMA_O20)
+template <int N>
+SMALLM_DEV void hold_regs(uint32_t (&r)[N]) {  // keeps registers an async wgmma reads alive to here
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
 SMALLM_DEV float warp_max(float m) {  // over the warp's lanes (every lane gets it)
 #pragma unroll
   for (int o = 16; o; o >>= 1) m = fmaxf(m, shfl_xor(m, o));

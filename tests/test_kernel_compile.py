@@ -327,14 +327,32 @@ def test_convbench_builds_with_both_decodes(tmp_path):
     assert "cvt.rn.f16x2.e4m3x2" not in ints[0] and "prmt.b32" in ints[0]
 
 
-def _example_ptx(tmp_path, source, *flags):
+def _spilling_functions(stderr):
+    """The functions a `-Xptxas -v` report names with a spill of more than 0 bytes."""
+    names, current = set(), None
+    for line in stderr.splitlines():
+        m = re.search(r"Function properties for (\S+)", line)
+        if m:
+            current = m.group(1)
+        elif "spill" in line and " 0 bytes spill stores" not in line:
+            names.add(current)
+    return names
+
+
+def _example_ptx(tmp_path, source, *flags, spill_free=None):
     """examples/<source> built for sm_90a (-gencode, as the probes' headers build them) with warnings as errors,
-    asserted free of spills: its PTX kernels ({mangled name: text})."""
+    asserted free of spills (only in the functions whose mangled names contain spill_free, where given: a
+    probe that includes the package's whole launcher also compiles the package's kernels, some of which spill
+    in that build): its PTX kernels ({mangled name: text})."""
     r = _nvcc_sm90a("-Xptxas", "-v", "-keep", "-keep-dir", tmp_path, *flags, HIP.parent / "examples" / source,
-                    "-o", tmp_path / "probe", timeout=600, target=("-gencode", "arch=compute_90a,code=sm_90a"))
+                    "-o", tmp_path / "probe", timeout=900, target=("-gencode", "arch=compute_90a,code=sm_90a"))
     assert r.returncode == 0, r.stderr[-4000:]
-    spills = _ptxas_spills(r.stderr)
-    assert not spills, spills
+    if spill_free is None:
+        spills = _ptxas_spills(r.stderr)
+        assert not spills, spills
+    else:
+        spills = sorted(n for n in _spilling_functions(r.stderr) if n is None or spill_free in n)
+        assert not spills, spills
     ptx = list(tmp_path.glob("*.ptx"))
     assert len(ptx) == 1, sorted(p.name for p in tmp_path.iterdir())
     return _ptx_entries(ptx[0].read_text())
@@ -398,6 +416,34 @@ def test_wgmma_probe_takes_weights_into_registers(tmp_path):
     assert sorted(n for n in bodies if "x_prepare" in n) == [f"_Z9x_prepareILi{nt}EEv4Args" for nt in (1, 2, 3, 4, 5)]
     check = [b for n, b in bodies.items() if "fragment_check" in n]
     assert len(check) == 1 and re.search(r"m64n8k32\.f32\.e4m3\.e4m3\s*\{[^}]*\},\s*%rd\d+,\s*%rd\d+", check[0])
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
+def test_mxfp4_tma_probe_decodes_e2m1_into_wgmma_registers(tmp_path):
+    """examples/wgmma/mxfp4_tma_probe.cu (the MXFP4 gate/up on wgmma, recorded in examples/results
+    "h200-mxtma") builds for sm_90a against hip/ as its header says, with warnings as errors and without
+    spills in its own kernels; each of its gate/up kernels (8 to 40 columns; the diagnostic modes at 8 and 16) streams W13
+    and its e8m0 scales by tensor-map tiles on transaction barriers; where it computes, it decodes e2m1
+    by byte permutes (the e4m3 magnitude table and the two sign selectors) into wgmma's A registers as
+    e4m3 and keeps one group of k-steps in flight while the previous one is waited for; none uses
+    mma.sync."""
+    bodies = _example_ptx(tmp_path, "wgmma/mxfp4_tma_probe.cu", "-I", HIP, spill_free="2mx")
+    gateups = {n: b for n, b in bodies.items() if "2mx6gateup" in n}
+    kinds = sorted(tuple(map(int, re.search(r"gateupILi(\d)ELi(\d)E", n).groups())) for n in gateups)
+    assert kinds == sorted([(nt, 0) for nt in (1, 2, 3, 4, 5)] + [(nt, m) for nt in (1, 2) for m in (1, 2, 3)]), sorted(bodies)
+    for name, body in gateups.items():
+        nt, mode = map(int, re.search(r"gateupILi(\d)ELi(\d)E", name).groups())
+        assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" in body, name
+        assert "mbarrier.try_wait.parity" in body and "mma.sync" not in body, name
+        a_reg = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{8 * nt}k32\.f32\.e4m3\.e4m3\s*\{{[^}}]*\}},\s*"
+                           r"\{%r\d+, %r\d+, %r\d+, %r\d+\},\s*%rd\d+", body)
+        if mode in (0, 3):
+            assert a_reg and "wgmma.wait_group.sync.aligned 1" in body, name
+        else:
+            assert not a_reg, name
+        if mode in (0, 2):  # the decode: the e4m3 magnitudes' table and the two sign permutes
+            assert "prmt.b32" in body and "55752" in body and "64490" in body, name
+    assert any("reference_h" in n for n in bodies) and any("read_floor" in n for n in bodies)
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")

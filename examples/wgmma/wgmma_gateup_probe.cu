@@ -113,38 +113,11 @@ __host__ __device__ __forceinline__ size_t w13_offset(size_t R, int k, int D, in
 using namespace smallm::tma;
 
 // d += A(64 x 32, e4m3, registers) * B(32 x 8 NT, e4m3, shared memory via desc); without kAcc d = A B
-// (d written only: no zeros to set first).
+// (d written only: no zeros to set first). The package's smallm::tma::mma_ra.
 template <int NT, bool kAcc>
-__device__ __forceinline__ void wgmma_e4m3(float (&d)[4 * NT], const uint32_t (&a)[4], uint64_t desc);
-// The ten specializations (NT 1..5, set or accumulate): D's registers %0.., then A's four, then desc.
-#define SMALLM_WG_D4 "%0, %1, %2, %3"
-#define SMALLM_WG_D8 SMALLM_WG_D4 ", %4, %5, %6, %7"
-#define SMALLM_WG_D12 SMALLM_WG_D8 ", %8, %9, %10, %11"
-#define SMALLM_WG_D16 SMALLM_WG_D12 ", %12, %13, %14, %15"
-#define SMALLM_WG_D20 SMALLM_WG_D16 ", %16, %17, %18, %19"
-#define SMALLM_WG_O4(c) c(d[0]), c(d[1]), c(d[2]), c(d[3])
-#define SMALLM_WG_O8(c) SMALLM_WG_O4(c), c(d[4]), c(d[5]), c(d[6]), c(d[7])
-#define SMALLM_WG_O12(c) SMALLM_WG_O8(c), c(d[8]), c(d[9]), c(d[10]), c(d[11])
-#define SMALLM_WG_O16(c) SMALLM_WG_O12(c), c(d[12]), c(d[13]), c(d[14]), c(d[15])
-#define SMALLM_WG_O20(c) SMALLM_WG_O16(c), c(d[16]), c(d[17]), c(d[18]), c(d[19])
-#define SMALLM_WG_SET(x) "=f"(x)
-#define SMALLM_WG_ACC(x) "+f"(x)
-#define SMALLM_WG_ONE(NT, ACC, FLAG, N, DL, AL, DS, OUTS, C)                                                          \
-  template <>                                                                                                \
-  __device__ __forceinline__ void wgmma_e4m3<NT, ACC>(float(&d)[4 * NT], const uint32_t(&a)[4], uint64_t desc) { \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " FLAG ", 0;\n"                                           \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" DL "}, {" AL "}, %" #DS ", p, 1, 1;\n}\n" \
-                 : OUTS(C)                                                                                   \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));                \
-  }
-#define SMALLM_WG_BOTH(NT, N, DL, AL, DS, OUTS)                    \
-  SMALLM_WG_ONE(NT, false, "0", N, DL, AL, DS, OUTS, SMALLM_WG_SET) \
-  SMALLM_WG_ONE(NT, true, "1", N, DL, AL, DS, OUTS, SMALLM_WG_ACC)
-SMALLM_WG_BOTH(1, 8, SMALLM_WG_D4, "%4, %5, %6, %7", 8, SMALLM_WG_O4)
-SMALLM_WG_BOTH(2, 16, SMALLM_WG_D8, "%8, %9, %10, %11", 12, SMALLM_WG_O8)
-SMALLM_WG_BOTH(3, 24, SMALLM_WG_D12, "%12, %13, %14, %15", 16, SMALLM_WG_O12)
-SMALLM_WG_BOTH(4, 32, SMALLM_WG_D16, "%16, %17, %18, %19", 20, SMALLM_WG_O16)
-SMALLM_WG_BOTH(5, 40, SMALLM_WG_D20, "%20, %21, %22, %23", 24, SMALLM_WG_O20)
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[4 * NT], const uint32_t (&a)[4], uint64_t desc) {
+  mma_ra<NT, kAcc>(d, a, desc);
+}
 // The same MMA with A from shared memory (the fragment check's reference).
 __device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[4], uint64_t adesc, uint64_t bdesc) {
   asm volatile(
