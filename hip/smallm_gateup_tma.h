@@ -326,18 +326,24 @@ SMALLM_DEV void issue_gateup(const CUtensorMap* map, const MoeArgs& a, const Tma
   bulk_copy(saddr(&sh.scale[wg][st][4]), su, 16, bar);
 }
 
-// x over slice s as the gate/up's B (each token's scale into sh.xinv[wg], then the e4m3 hi and lo parts:
-// k-step st at st 2 NB, 16-k group kc at + kc NB, column n at (n / 8) 128 + (n % 8) 16; columns from 2T
-// on zero). The warpgroup's 128 threads; ends with its barrier.
-template <int NT>
-SMALLM_DEV void stage_x(const MoeArgs& a, TmaShared& sh, int wg, int s, uint8_t* bx) {
-  constexpr int NB = NT * 128;
+// Each token's scale of x over slice s into sh.xinv[wg]. The warpgroup's 128 threads; ends with its
+// barrier. The kernels call it before their first weight copies and x_parts after them: x read behind
+// the whole grid's first copies arrived ~6 us after the routing at 1 token ("h200-mxtma" run 5).
+SMALLM_DEV void x_scales(const MoeArgs& a, TmaShared& sh, int wg, int s) {
   const int wt = threadIdx.x % 128, w = wt / 32, lane = wt % 32;
   for (int t = w; t < a.T; t += 4) {
     const float xinv = xinv_of(warp_absmax(a.x + (size_t)t * a.D + (size_t)s * kTmaSlice, kTmaSlice, lane));
     if (lane == 0) sh.xinv[wg][t] = xinv;
   }
   wg_barrier(wg);
+}
+// x over slice s as the gate/up's B, after x_scales: the e4m3 hi and lo parts, k-step st at st 2 NB, 16-k
+// group kc at + kc NB, column n at (n / 8) 128 + (n % 8) 16; columns from 2T on zero. The warpgroup's 128
+// threads; ends with its barrier.
+template <int NT>
+SMALLM_DEV void x_parts(const MoeArgs& a, TmaShared& sh, int wg, int s, uint8_t* bx) {
+  constexpr int NB = NT * 128;
+  const int wt = threadIdx.x % 128;
   for (int un = wt; un < 4 * NT * (kTmaSlice / 16); un += 128) {  // (token t < 4 NT, 16 k of the slice)
     const int t = un / (kTmaSlice / 16), kl = 16 * (un % (kTmaSlice / 16));
     uint4 hi = make_uint4(0, 0, 0, 0), lo = hi;
@@ -457,6 +463,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   extern __shared__ __align__(128) uint8_t smem[];
   TmaShared& sh = *reinterpret_cast<TmaShared*>(smem);
   const int tid = threadIdx.x, wg = tid / 128, wt = tid % 128, w = wt / 32;
+  SMALLM_TL_ENTRY(0);  // timeline marks (examples/timeline; empty in the package): thread 0, warpgroup 0's
   const uint32_t base0 = (saddr(smem) + (uint32_t)sizeof(TmaShared) + 1023u) & ~1023u;
   const uint32_t ring = base0 + (uint32_t)(wg * kTmaStages * kTmaJobBytes);
   uint8_t* bx = smem + (base0 - saddr(smem)) + kTmaWarpgroups * kTmaStages * kTmaJobBytes + wg * kXBytes;
@@ -469,9 +476,12 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   const int P = a.T * a.K, S = a.D / kTmaSlice, C = a.I / 32, G = gridDim.x * kTmaWarpgroups;
   const int njobs = sh.nu * C * S, job0 = blockIdx.x * kTmaWarpgroups + wg, s = job0 % S;
   float* part = a.h + (size_t)P * a.I;  // [S][P][2I]
+  SMALLM_TL_MARK(0, kTlRouting);
+  x_scales(a, sh, wg, s);
   if (wt == 0)
     for (int n = 0; n < kTmaStages && job0 + n * G < njobs; ++n) issue_gateup(&w13_map, a, sh, wg, ring, job0 + n * G, n, S, C);
-  stage_x<NT>(a, sh, wg, s, bx);
+  x_parts<NT>(a, sh, wg, s, bx);
+  SMALLM_TL_MARK(0, kTlReady);
   const uint32_t bbase = saddr(bx);
   for (int n = 0;; ++n) {
     const int job = job0 + n * G;
@@ -483,7 +493,9 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     wg_barrier(wg);  // every warp has waited for the MMAs reading this stage and read its scales: refill
     if (wt == 0 && job + kTmaStages * G < njobs) issue_gateup(&w13_map, a, sh, wg, ring, job + kTmaStages * G, st, S, C);
     write_partials<NT>(tot, a, sh, part, wg, u, c, s);
+    SMALLM_TL_MARK(0, kTlJob0 + (n < 5 ? n : 5));
   }
+  SMALLM_TL_EXIT(0);
 #endif
 }
 
@@ -734,9 +746,10 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       }
     }
   };
+  if (ngu > 0) x_scales(a, sh, wg, s);
   if (wt == 0)
     for (int n = 0; n < kTmaStages; ++n) issue(n);
-  if (ngu > 0) stage_x<NT>(a, sh, wg, s, bx);
+  if (ngu > 0) x_parts<NT>(a, sh, wg, s, bx);
   SMALLM_TL_MARK(0, kTlReady);
   const uint32_t bbase = saddr(bx);
   int hnext = ngu;  // (thread kH) the first down step whose h is not requested yet

@@ -103,18 +103,13 @@ SMALLM_DEV void issue(const CUtensorMap* wmap, const CUtensorMap* smap, const Mo
   }
 }
 
-// x over slice s as B: per token the package's power-of-two scale (sh.xinv), hi and lo e4m3 parts;
-// k-step j at j 2 NB, 16-k group kc at + kc NB, column n at (n / 8) 128 + (n % 8) 16; group 0 holds the
-// step's physical k 0-3, 8-11, 16-19, 24-27 and group 1 the others (the weights' decode order).
+// x over slice s as B, after the package's x_scales (each token's power-of-two scale, sh.xinv): hi and lo
+// e4m3 parts; k-step j at j 2 NB, 16-k group kc at + kc NB, column n at (n / 8) 128 + (n % 8) 16; group 0
+// holds the step's physical k 0-3, 8-11, 16-19, 24-27 and group 1 the others (the weights' decode order).
 template <int NT>
-SMALLM_DEV void stage_x(const MoeArgs& a, TmaShared& sh, int wg, int s, uint8_t* bx) {
+SMALLM_DEV void x_parts(const MoeArgs& a, TmaShared& sh, int wg, int s, uint8_t* bx) {
   constexpr int NB = NT * 128;
-  const int wt = threadIdx.x % 128, w = wt / 32, lane = wt % 32;
-  for (int t = w; t < a.T; t += 4) {
-    const float xinv = xinv_of(warp_absmax(a.x + (size_t)t * a.D + (size_t)s * kSl, kSl, lane));
-    if (lane == 0) sh.xinv[wg][t] = xinv;
-  }
-  wg_barrier(wg);
+  const int wt = threadIdx.x % 128;
   for (int un = wt; un < 4 * NT * (kSl / 32); un += 128) {  // (token t < 4 NT, k-step j)
     const int t = un / (kSl / 32), j = un % (kSl / 32);
     uint32_t hw[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lw[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // 4 values each, physical order
@@ -250,9 +245,10 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   const int P = a.T * a.K, S = a.D / kSl, C = a.I / 32, G = gridDim.x * kWG;
   const int njobs = sh.t.nu * C * S, job0 = blockIdx.x * kWG + wg, s = job0 % S;
   float* part = a.h + (size_t)P * a.I;  // [S][P][2I], as the FP8 TMA gate/up's
+  x_scales(a, sh.t, wg, s);  // x read before the grid's first copies are in flight ("h200-mxtma" run 5)
   if (wt == 0)
     for (int n = 0; n < kStages && job0 + n * G < njobs; ++n) issue(&wmap, &smap, a, sh, wg, ring, job0 + n * G, n, S, C);
-  stage_x<NT>(a, sh.t, wg, s, bx);
+  x_parts<NT>(a, sh.t, wg, s, bx);
   const uint32_t bbase = saddr(bx);
   for (int n = 0;; ++n) {
     const int job = job0 + n * G;
