@@ -1,9 +1,11 @@
-// probe_common.cuh: what the standalone probes (grouped/grouped_probe.cu, wgmma/wgmma_gateup_probe.cu)
-// share: CK, the CUDA error check that stops the probe, and the bench's timing discipline.
+// probe_common.cuh: what the standalone probes (grouped/grouped_probe.cu, wgmma/wgmma_gateup_probe.cu,
+// wgmma/mxfp4_tma_probe.cu) share: CK, the CUDA error check that stops the probe, the bench's timing
+// discipline, the wgmma probes' byte hash and read floor.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -48,4 +50,32 @@ float graph_us_per_call(cudaStream_t st, int calls, Body body) {
   CK(cudaGraphExecDestroy(exec));
   CK(cudaGraphDestroy(graph));
   return rounds[rounds.size() / 2];
+}
+
+// Deterministic pseudo-random bits of element i for seed (the wgmma probes' weight and scale fills).
+__device__ __forceinline__ uint32_t probe_hash(size_t i, uint32_t seed) {
+  uint32_t v = (uint32_t)i * 0x9e3779b1u + seed * 0x85ebca6bu;
+  v ^= v >> 16;
+  v *= 0x7feb352du;
+  v ^= v >> 15;
+  return v;
+}
+
+// The read floor: each listed expert's bytes13 bytes of w13 and, where bytes2 > 0, its bytes2 bytes of w2
+// read once (nu experts, chunks blocks per expert and matrix: grid nu chunks, twice that with w2), 4 loads
+// of 16 bytes in flight per thread, not kept in L1.
+__global__ void read_floor(const uint8_t* w13, long bytes13, const uint8_t* w2, long bytes2, const int* experts, int nu,
+                           int chunks, unsigned* sink) {
+  const int b = blockIdx.x % (nu * chunks), m = blockIdx.x / (nu * chunks), c = b % chunks;
+  const long eb = m ? bytes2 : bytes13;
+  const uint4* base = reinterpret_cast<const uint4*>((m ? w2 : w13) + (long)experts[b / chunks] * eb);
+  const long n = eb / 16, per = (n + chunks - 1) / chunks, end = min((long)(c + 1) * per, n);
+  uint32_t acc = 0;
+  long v = (long)c * per + threadIdx.x;
+  for (; v + 3 * 256 < end; v += 4 * 256) {
+    const uint4 r0 = __ldcs(base + v), r1 = __ldcs(base + v + 256), r2 = __ldcs(base + v + 512), r3 = __ldcs(base + v + 768);
+    acc ^= r0.x ^ r1.y ^ r2.z ^ r3.w ^ r0.w ^ r1.x ^ r2.y ^ r3.z;
+  }
+  for (; v < end; v += 256) acc ^= __ldcs(base + v).x;
+  if (acc == 0x2545f491u) atomicAdd(sink, 1u);
 }

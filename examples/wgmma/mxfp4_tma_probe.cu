@@ -39,7 +39,7 @@
 #include <cstring>
 #include <random>
 
-#include "../probe_common.cuh"
+#include "../probe_common.cuh"  // CK, graph_us_per_call, probe_hash, read_floor
 
 namespace mx {
 using namespace smallm;
@@ -285,31 +285,9 @@ __global__ void reference_h(MoeArgs a, float* h) {  // one thread per (pair, i),
   }
   h[i] = (float)(sum[0] / (1.0 + exp(-sum[0])) * sum[1]);
 }
-// Reads each listed expert's first bytes13 bytes of w13 and, where bytes2 > 0, its bytes2 bytes of w2
-// (chunks blocks per expert and matrix), 4 loads in flight per thread.
-__global__ void read_floor(const uint8_t* w13, long bytes13, const uint8_t* w2, long bytes2, const int* experts, int nu,
-                           int chunks, unsigned* sink) {
-  const int b = blockIdx.x % (nu * chunks), m = blockIdx.x / (nu * chunks), c = b % chunks;
-  const long eb = m ? bytes2 : bytes13;
-  const uint4* base = reinterpret_cast<const uint4*>((m ? w2 : w13) + (long)experts[b / chunks] * eb);
-  const long n = eb / 16, per = (n + chunks - 1) / chunks, end = min((long)(c + 1) * per, n);
-  uint32_t acc = 0;
-  long v = (long)c * per + threadIdx.x;
-  for (; v + 3 * 256 < end; v += 4 * 256) {
-    const uint4 r0 = __ldcs(base + v), r1 = __ldcs(base + v + 256), r2 = __ldcs(base + v + 512), r3 = __ldcs(base + v + 768);
-    acc ^= r0.x ^ r1.y ^ r2.z ^ r3.w ^ r0.w ^ r1.x ^ r2.y ^ r3.z;
-  }
-  for (; v < end; v += 256) acc ^= __ldcs(base + v).x;
-  if (acc == 0x2545f491u) atomicAdd(sink, 1u);
-}
 __global__ void fill_bytes(uint8_t* p, size_t n, uint32_t seed, uint32_t mask, uint32_t add) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t v = (uint32_t)i * 0x9e3779b1u + seed * 0x85ebca6bu;
-    v ^= v >> 16;
-    v *= 0x7feb352du;
-    v ^= v >> 15;
-    p[i] = (uint8_t)((v & mask) + add);
-  }
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = (uint8_t)((probe_hash(i, seed) & mask) + add);
 }
 
 }  // namespace mx
@@ -566,12 +544,12 @@ int main(int argc, char** argv) {
       for (int chunks : {4, 8, 16, 32, 64}) {
         fl13 = std::min(fl13, time_graph([&] {
                           for (int c = 0; c < copies; ++c)
-                            mx::read_floor<<<calls[c].nu * chunks, 256, 0, st>>>(cp[c].w13, (long)I * D, cp[c].w2, 0,
+                            read_floor<<<calls[c].nu * chunks, 256, 0, st>>>(cp[c].w13, (long)I * D, cp[c].w2, 0,
                                                                                 calls[c].experts, calls[c].nu, chunks, sink);
                         }));
         flall = std::min(flall, time_graph([&] {
                            for (int c = 0; c < copies; ++c)
-                             mx::read_floor<<<2 * calls[c].nu * chunks, 256, 0, st>>>(cp[c].w13, (long)I * D, cp[c].w2,
+                             read_floor<<<2 * calls[c].nu * chunks, 256, 0, st>>>(cp[c].w13, (long)I * D, cp[c].w2,
                                                                                      (long)D * I / 2, calls[c].experts,
                                                                                      calls[c].nu, chunks, sink);
                          }));

@@ -680,26 +680,9 @@ __global__ void reference_h(Args a, float* h) {  // one thread per (pair, i), fp
   }
   h[i] = (float)(gs / (1.0 + exp(-gs)) * us);
 }
-// Reads each listed expert's W13 bytes once (chunks blocks per expert), 4 loads in flight per thread.
-__global__ void read_floor(const uint8_t* w13, const int* experts, long expert_bytes, int chunks, unsigned* sink) {
-  const int c = blockIdx.x % chunks;
-  const uint4* base = reinterpret_cast<const uint4*>(w13 + (long)experts[blockIdx.x / chunks] * expert_bytes);
-  const long n = expert_bytes / 16, per = (n + chunks - 1) / chunks, end = min((long)(c + 1) * per, n);
-  uint32_t acc = 0;
-  long v = (long)c * per + threadIdx.x;
-  for (; v + 3 * 256 < end; v += 4 * 256) {
-    const uint4 r0 = __ldcs(base + v), r1 = __ldcs(base + v + 256), r2 = __ldcs(base + v + 512), r3 = __ldcs(base + v + 768);
-    acc ^= r0.x ^ r1.y ^ r2.z ^ r3.w ^ r0.w ^ r1.x ^ r2.y ^ r3.z;
-  }
-  for (; v < end; v += 256) acc ^= __ldcs(base + v).x;
-  if (acc == 0x2545f491u) atomicAdd(sink, 1u);
-}
 __global__ void fill_e4m3(uint8_t* p, size_t n, uint32_t seed) {  // finite e4m3, |v| < 256
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t v = (uint32_t)i * 0x9e3779b1u + seed * 0x85ebca6bu;
-    v ^= v >> 16;
-    v *= 0x7feb352du;
-    v ^= v >> 15;
+    const uint32_t v = probe_hash(i, seed);
     p[i] = (uint8_t)((v % 0x70u) | (v & 0x80u));
   }
 }
@@ -1023,7 +1006,7 @@ int main(int argc, char** argv) {
       for (int chunks : {4, 8, 16, 32, 64})
         fl = std::min(fl, time_graph([&] {
                for (int c = 0; c < copies; ++c)
-                 read_floor<<<nus[c] * chunks, 256, 0, st>>>(cp[c].w13, dexp[c], 2L * I * D, chunks, sink);
+                 read_floor<<<nus[c] * chunks, 256, 0, st>>>(cp[c].w13, 2L * I * D, nullptr, 0, dexp[c], nus[c], chunks, sink);
              }));
       CK(cudaGetLastError());
       double mb = 0;
