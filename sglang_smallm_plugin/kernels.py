@@ -80,8 +80,9 @@ TMA_MAX_PAIRS = 320                    # kTmaMaxPairs
 TMA_FUSED_MAX_TOKENS = 10              # kTmaFusedMaxTokens: the one-kernel MoE (SMALLM_GATEUP_TMA=3)
 TMA_FUSED_MAX_INTER = 256              # kTmaFusedMaxInter
 # The one-team tensor-core gate/up's static shared memory as ptxas reports it for sm_90a (the
-# launcher reads it from the kernel; this mirror only words the log line).
-GATEUP_STATIC_SMEM_BYTES = 24704
+# launcher reads it from the kernel; this mirror only words the log line): its routing, reductions and
+# per-token scales, and the barrier of x's bulk copy (8 bytes, padded to the routing's 128-byte alignment).
+GATEUP_STATIC_SMEM_BYTES = 24832
 
 
 def _mma_step_values(fmt: str) -> int:

@@ -77,7 +77,7 @@ def env(monkeypatch):
     (3, 11, 256, "3 tokens >= 2, where its job loop settles each job's loads), down on tensor cores (2 teams per block: 33 pairs >= 33)"),
     (8, 11, 128, "8 tokens >= 2, where its job loop settles each job's loads), down on tensor cores (2 teams"),  # Qwen3.5 TP8
     (8, 11, 256, "loads), down on tensor cores (2 teams"),                 # h: 88 * 264 * 4 B
-    (9, 11, 256, "gate/up on tensor cores (2 teams per block: FP8 row-major, 9 tokens"),  # though 2 x (24704 + 73728 + 1024) B fit 196 KB
+    (9, 11, 256, "gate/up on tensor cores (2 teams per block: FP8 row-major, 9 tokens"),  # though 2 x (24832 + 73728 + 1024) B fit 196 KB
     (10, 11, 256, "gate/up on tensor cores (2 teams per block, x once per SM: two blocks of x 81920 B would pass "
                   "the 196 KB shared-memory carveout), down on tensor cores (2 teams per block: 110 pairs >= 33)"),
     (14, 11, 256, "x once per SM"),
