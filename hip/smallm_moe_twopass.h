@@ -417,9 +417,6 @@ SMALLM_DEV Vec16 stage_x_vector(const Vec16& v, float inv) {
   return o;
 }
 
-// stage_x_finish by warps (two-team blocks): each lane reads back only vectors it copied (cp.async) or
-// that the bulk copy's barrier, which every thread waits for, covers, so that wait is all the ordering
-// it needs until the closing barrier.
 // x's copy complete for this thread: the bulk copy's barrier (stage_x_bulk), else its own cp.async groups.
 template <int kBlockThreads>
 SMALLM_DEV void stage_x_wait(unsigned long long* xbar) {
@@ -429,6 +426,9 @@ SMALLM_DEV void stage_x_wait(unsigned long long* xbar) {
     copy_async_wait();
 }
 
+// stage_x_finish by warps (two-team blocks): each lane reads back only vectors it copied (cp.async) or
+// that the bulk copy's barrier, which every thread waits for, covers, so that wait is all the ordering
+// it needs until the closing barrier.
 template <bool kFp4, int kBlockThreads>
 SMALLM_DEV void stage_x_finish_by_warps(const MoeArgs& a, uint16_t* xs, int* xmax, unsigned long long* xbar) {
   const int lane = lane_id(), dv = a.D / 8;

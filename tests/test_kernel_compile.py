@@ -272,6 +272,22 @@ def test_down_kernels_for_both_rings(sm90a_ptx):
     assert sum(n.endswith("ELi4EEEvNS_7MoeArgsE") for n in names) == 16
 
 
+def test_two_team_gateup_copies_x_by_one_bulk_copy(sm90a_ptx):
+    """The tensor-core gate/up's two-team blocks (FP8 from 2 tokens, MXFP4 from 10) copy x into shared
+    memory with one bulk copy on a transaction barrier (examples/results "h200-mxtma" runs 9-10); the
+    one-team blocks keep 16-byte cp.async copies (the bulk copy made FP8 TP4 1 token 7 % slower)."""
+    gateup = {n: b for n, b in sm90a_ptx.items() if "smallm_gateup_mma_kernel" in n}
+    one_team = {n: b for n, b in gateup.items() if n.endswith("ELi1EEEvNS_7MoeArgsE")}
+    two_teams = {n: b for n, b in gateup.items() if n.endswith("ELi2EEEvNS_7MoeArgsE")}
+    assert len(one_team) == 8 and len(two_teams) == 8, sorted(gateup)
+    bulk = "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+    for name, body in two_teams.items():
+        assert bulk in body and "mbarrier.try_wait.parity" in body, name  # (once per routing path: inlined twice)
+        assert "cp.async.cg.shared.global" not in body, name
+    for name, body in one_team.items():
+        assert bulk not in body and "cp.async.cg.shared.global" in body, name
+
+
 def test_tensor_core_static_shared_memory_matches_the_plan_mirror(sm90a_ptx):
     """The one-team tensor-core gate/up's static shared memory (every format, layout and kJ) is the
     figure kernels.kernel_plan words its teams choice with (the launcher reads it from the kernel); the
@@ -423,8 +439,8 @@ def test_wgmma_probe_takes_weights_into_registers(tmp_path):
 def test_mxfp4_tma_probe_decodes_e2m1_into_wgmma_registers(tmp_path):
     """examples/wgmma/mxfp4_tma_probe.cu (the MXFP4 gate/up on wgmma, recorded in examples/results
     "h200-mxtma") builds for sm_90a against hip/ as its header says, with warnings as errors and without
-    spills in its own kernels; each of its gate/up kernels (8 to 40 columns; the diagnostic modes at 8 and 16) streams W13
-    and its e8m0 scales by tensor-map tiles on transaction barriers; where it computes, it decodes e2m1
+    spills in its own kernels; each of its gate/up kernels (8 to 40 columns; the diagnostic modes at 8 and 16
+    columns) streams W13 and its e8m0 scales by tensor-map tiles on transaction barriers; where it computes, it decodes e2m1
     by byte permutes (the e4m3 magnitude table and the two sign selectors) into wgmma's A registers as
     e4m3 and keeps one group of k-steps in flight while the previous one is waited for; none uses
     mma.sync."""
@@ -442,8 +458,9 @@ def test_mxfp4_tma_probe_decodes_e2m1_into_wgmma_registers(tmp_path):
             assert a_reg and "wgmma.wait_group.sync.aligned 1" in body, name
         else:
             assert not a_reg, name
-        if mode in (0, 2):  # the decode: the e4m3 magnitudes' table and the two sign permutes
-            assert "prmt.b32" in body and "55752" in body and "64490" in body, name
+        if mode in (0, 2):  # the decode: the e4m3 magnitudes' table (0x3C383000, 0x4C484440) and the sign selectors
+            assert "prmt.b32" in body and "1010315264" in body and "1279804480" in body, name
+            assert "55752" in body and "64490" in body, name  # 0xD9C8, 0xFBEA
     assert any("reference_h" in n for n in bodies) and any("read_floor" in n for n in bodies)
 
 
