@@ -442,14 +442,16 @@ bool gateup_tma_fits(const smallm::MoeArgs& a) {
   return reinterpret_cast<uintptr_t>(a.w13) % 16 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(a.s13) % 16 == 0;
 }
-// A row-major weight tensor of `rows` rows of `kbytes` bytes as a 2-D tensor map: boxes of 128 bytes x
-// box_rows with the 128-byte swizzle (wgmma's K-major A layout). 0, or 8 where the driver refuses it.
-int encode_rows_map(CUtensorMap& map, const uint8_t* base, long kbytes, long rows, int box_rows) {
+// A row-major weight tensor of `rows` rows of `kbytes` bytes as a 2-D tensor map: boxes of box_bytes
+// (default 128) x box_rows, with the 128-byte swizzle (wgmma's K-major A layout) unless !swizzle. 0, or 8
+// where the driver refuses it. (examples/wgmma/mxfp4_tma_probe.cu encodes its maps with it too.)
+int encode_rows_map(CUtensorMap& map, const uint8_t* base, long kbytes, long rows, int box_rows,
+                    int box_bytes = smallm::kTmaBoxBytes, bool swizzle = true) {
   const cuuint64_t dims[2] = {(cuuint64_t)kbytes, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)kbytes};
-  const cuuint32_t box[2] = {(cuuint32_t)smallm::kTmaBoxBytes, (cuuint32_t)box_rows}, estr[2] = {1, 1};
+  const cuuint32_t box[2] = {(cuuint32_t)box_bytes, (cuuint32_t)box_rows}, estr[2] = {1, 1};
   return tma_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(base), dims, strides, box, estr,
-                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
+                       CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
              ? 0
              : 8;
 }

@@ -33,7 +33,6 @@
 #include "smallm_moe.hip"
 
 #include <cuda_bf16.h>
-#include <cudaTypedefs.h>
 
 #include <cmath>
 #include <cstring>
@@ -294,15 +293,11 @@ __global__ void fill_bytes(uint8_t* p, size_t n, uint32_t seed, uint32_t mask, u
 
 using namespace smallm;
 
-static PFN_cuTensorMapEncodeTiled_v12000 g_encode = nullptr;
+// Tensor maps by the package's encoder (smallm_moe.hip: encode_rows_map, through tma_encoder); the probe
+// stops where the driver refuses one.
 static void encode_map(CUtensorMap& map, const uint8_t* base, long kbytes, long rows, int box_bytes, bool swizzle) {
-  const cuuint64_t dims[2] = {(cuuint64_t)kbytes, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)kbytes};
-  const cuuint32_t box[2] = {(cuuint32_t)box_bytes, 32}, estr[2] = {1, 1};
-  const CUresult r = g_encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(base), dims, strides, box, estr,
-                              CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
-                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    printf("cuTensorMapEncodeTiled failed (%d)\n", (int)r);
+  if (encode_rows_map(map, base, kbytes, rows, 32, box_bytes, swizzle) != 0) {
+    printf("cuTensorMapEncodeTiled failed\n");
     exit(2);
   }
 }
@@ -391,9 +386,7 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const int SM = prop.multiProcessorCount, E = 513, K = 11, D = 4096, copies = 8;
-  cudaDriverEntryPointQueryResult qr;
-  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&g_encode), 12000, cudaEnableDefault, &qr));
-  if (qr != cudaDriverEntryPointSuccess || !g_encode) {
+  if (!tma_encoder()) {
     printf("cuTensorMapEncodeTiled not found in the driver\n");
     return 2;
   }
