@@ -2,7 +2,7 @@
 # One H200 job for the latency trims found with the timeline harness (x copied to shared memory
 # during the routing, routing by one warp for <= 32 pairs, h loaded in groups of pairs): build, a
 # one-case smoke test, then each stage unless switched off: SELFTEST (moe, SEEDS seeds, default 5,
-# and edge), TESTS=1 the GPU tests, MEMCHECK=1 compute-sanitizer, TIMELINE (examples/timeline),
+# and edge), TESTS=1 the GPU tests (within TESTS_TIMEOUT s, default 240), MEMCHECK=1 compute-sanitizer, TIMELINE (examples/timeline),
 # BENCH (`sglang-smallm bench`, Qwen3.5 TP4/TP8 row-major: FP8 at TOKENS, MXFP4 at MXTOKENS), PEER=1
 # SGLang's Triton FP8 peer (.peer/, carry [".peer"]) at TOKENS. SELFTOKENS: the selftest also at these
 # token counts (SELFSEEDS seeds, default SEEDS; every shape); MEMTOKENS: memcheck's token counts (default 1,8).
@@ -34,7 +34,7 @@ if [ "${SELFTEST:-1}" = 1 ]; then
 fi
 if [ "${TESTS:-0}" = 1 ]; then
   stamp gpu-tests
-  timeout 240 python3 -m pytest -q -p no:cacheprovider "$R/tests/test_kernel_gpu.py" > "$OUT/gpu_pytest.log" 2>&1; tail -1 "$OUT/gpu_pytest.log"
+  timeout "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider "$R/tests/test_kernel_gpu.py" > "$OUT/gpu_pytest.log" 2>&1; tail -1 "$OUT/gpu_pytest.log"
 fi
 if [ "${MEMCHECK:-0}" = 1 ]; then
   stamp memcheck
