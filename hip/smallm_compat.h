@@ -490,6 +490,13 @@ SMALLM_DEV uint32_t e4m3x2_to_f16x2(uint32_t pair16) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(pair16 & 0xffffu), __NV_E4M3);
   return (uint32_t)h.x | ((uint32_t)h.y << 16);
 }
+// The high pair of a word (bytes 2, 3) -> f16x2: the conversion reads the word's upper half itself
+// (sm_90a SASS `F2FP.F16.E4M3.UNPACK_B Rd, Rw.H1`), where e4m3x2_to_f16x2(w >> 16) takes a shift first.
+SMALLM_DEV uint32_t e4m3x2_hi_to_f16x2(uint32_t w) {
+  uint32_t d;
+  asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}" : "=r"(d) : "r"(w));
+  return d;
+}
 
 // 16 bytes to shared memory in one store (p 16-byte aligned). nvcc split some plain stores of a Vec16
 // into four 4-byte ones (the tensor-core down's MXFP4 h stage with the lo half as e5m2). Nothing may

@@ -568,8 +568,8 @@ SMALLM_DEV void gateup_mma_job(const MoeArgs& a, GateUpMmaShared<kTeams>& S, con
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
             const uint32_t w0 = L.v[j].w[i], w2 = L.v[j].w[i + 2];
-            mma_f16_16x8x16(cs, e4m3x2_to_f16x2(w0), e4m3x2_to_f16x2(w2), e4m3x2_to_f16x2(w0 >> 16),
-                            e4m3x2_to_f16x2(w2 >> 16), x0.w[2 * i], x0.w[2 * i + 1]);
+            mma_f16_16x8x16(cs, e4m3x2_to_f16x2(w0), e4m3x2_to_f16x2(w2), e4m3x2_hi_to_f16x2(w0),
+                            e4m3x2_hi_to_f16x2(w2), x0.w[2 * i], x0.w[2 * i + 1]);
           }
           acc = ffma(L.s[j], cs[0] + cs[3], acc);
         }
@@ -1252,8 +1252,8 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
 #pragma unroll
               for (int mi = 0; mi < 4; ++mi) {
                 const uint32_t wg = L.v[0][ch].w[mi], wg8 = L.v[1][ch].w[mi];
-                const uint32_t a0 = e4m3x2_to_f16x2(wg), a2 = e4m3x2_to_f16x2(wg >> 16);
-                const uint32_t a1 = e4m3x2_to_f16x2(wg8), a3 = e4m3x2_to_f16x2(wg8 >> 16);
+                const uint32_t a0 = e4m3x2_to_f16x2(wg), a2 = e4m3x2_hi_to_f16x2(wg);
+                const uint32_t a1 = e4m3x2_to_f16x2(wg8), a3 = e4m3x2_hi_to_f16x2(wg8);
                 const int z = mi / 2, wd = 2 * (mi % 2);  // h values 4mi..4mi+3: words 2mi, 2mi+1
                 mma_f16_16x8x16(cc == 0 ? cs : cs2, a0, a1, a2, a3, bv[z].w[wd], bv[z].w[wd + 1]);
               }
