@@ -2,10 +2,11 @@
 # One H200 job for the latency trims found with the timeline harness (x copied to shared memory
 # during the routing, routing by one warp for <= 32 pairs, h loaded in groups of pairs): build, a
 # one-case smoke test, then each stage unless switched off: SELFTEST (moe, SEEDS seeds, default 5,
-# and edge), TESTS=1 the GPU tests (within TESTS_TIMEOUT s, default 240), MEMCHECK=1 compute-sanitizer, TIMELINE (examples/timeline),
-# BENCH (`sglang-smallm bench`, Qwen3.5 TP4/TP8 row-major: FP8 at TOKENS, MXFP4 at MXTOKENS), PEER=1
-# SGLang's Triton FP8 peer (.peer/, carry [".peer"]) at TOKENS. SELFTOKENS: the selftest also at these
-# token counts (SELFSEEDS seeds, default SEEDS; every shape); MEMTOKENS: memcheck's token counts (default 1,8).
+# and edge), TESTS=1 the GPU tests (within TESTS_TIMEOUT s, default 240), MEMCHECK=1 compute-sanitizer,
+# TIMELINE (examples/timeline), BENCH (`sglang-smallm bench`, Qwen3.5 TP4/TP8 row-major: FP8 at
+# TOKENS, MXFP4 at MXTOKENS), PEER=1 SGLang's Triton FP8 peer (.peer/, carry [".peer"]) at TOKENS.
+# SELFTOKENS: the selftest also at these token counts (SELFSEEDS seeds, default SEEDS; every shape);
+# MEMTOKENS: memcheck's token counts (default 1,8).
 # BENCH_AB=1: also a package built from a baseline tree's hip/ (.ab/base, made as in
 # h200_ab_job.sh; carry ".ab"), benched right after this tree's. NEW_ENVS (';'-separated settings, e.g.
 # "SMALLM_GATEUP_TEAMS=2"): this tree benched again with each, at ENVTOKENS (default TOKENS), both formats.
