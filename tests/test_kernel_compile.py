@@ -554,5 +554,5 @@ def test_fp8_mma_converts_the_upper_pair_in_place(sm90a_sass, kernel):
     (examples/results "h200-s31" run 5). Half of the conversions read an upper half."""
     assert kernel in sm90a_sass, sorted(k for k in sm90a_sass if "mma_kernel" in k)
     cvts = [insn for insn, _ in sm90a_sass[kernel] if "F2FP.F16.E4M3.UNPACK_B" in insn]
-    upper = [insn for insn in cvts if insn.rstrip(" ;").endswith(".H1")]
+    upper = [insn for insn in cvts if re.search(r"\.H1\b", insn.split(",")[-1])]  # source Rw.H1, with or without .reuse
     assert cvts and 2 * len(upper) == len(cvts), (len(cvts), len(upper))
