@@ -6,7 +6,7 @@
 # TIMELINE (examples/timeline), BENCH (`sglang-smallm bench`, Qwen3.5 TP4/TP8 row-major: FP8 at
 # TOKENS, MXFP4 at MXTOKENS), PEER=1 SGLang's Triton FP8 peer (.peer/, carry [".peer"]) at TOKENS.
 # SELFTOKENS: the selftest also at these token counts (SELFSEEDS seeds, default SEEDS; every shape);
-# MEMTOKENS: memcheck's token counts (default 1,8).
+# MEMTOKENS: memcheck's token counts (default 1,8); MEMTIMEOUT its limit in s (default 120).
 # BENCH_AB=1: also a package built from a baseline tree's hip/ (.ab/base, made as in
 # h200_ab_job.sh; carry ".ab"), benched right after this tree's. NEW_ENVS (';'-separated settings, e.g.
 # "SMALLM_GATEUP_TEAMS=2"): this tree benched again with each, at ENVTOKENS (default TOKENS), both formats.
@@ -39,7 +39,7 @@ if [ "${TESTS:-0}" = 1 ]; then
 fi
 if [ "${MEMCHECK:-0}" = 1 ]; then
   stamp memcheck
-  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
+  timeout ${MEMTIMEOUT:-120} compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
     selftest --what moe --seeds 1 --shapes qwen35-tp4,qwen35-tp8,minimax-m3 --tokens "${MEMTOKENS:-1,8}" > "$OUT/sanitize_default.log" 2>&1
   grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize_default.log"
 fi
