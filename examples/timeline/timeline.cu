@@ -3,6 +3,8 @@
 // stamps clock64() at its phases), runs the package's own launcher (smallm_moe_launch) on random
 // Qwen3.5-shaped weights with fresh random routing per iteration, and prints per phase the time
 // from the first block's entry (min / median / max over blocks, medians over iterations).
+// Its per-call time is no stand-in for `sglang-smallm bench`: twice a change it timed 2-4 % faster
+// was level or slower in the bench (examples/results "h200-s32" runs 1 and 5). Decide on the bench.
 // Usage: timeline FMT(0 fp8, 1 mxfp4) T I [iters]; SMALLM_* switches as for the package.
 // Build: nvcc -std=c++17 -arch=sm_90a -O3 -DSMALLM_TIMELINE -DSMALLM_BUILD_ARCH=\"sm_90a\" -Ihip examples/timeline/timeline.cu -o timeline
 // (the build arch lets the launcher take the sm_90a-only TMA paths, SMALLM_GATEUP_TMA)
