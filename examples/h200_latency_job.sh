@@ -39,7 +39,7 @@ if [ "${TESTS:-0}" = 1 ]; then
 fi
 if [ "${MEMCHECK:-0}" = 1 ]; then
   stamp memcheck
-  timeout ${MEMTIMEOUT:-120} compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
+  timeout "${MEMTIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
     selftest --what moe --seeds 1 --shapes qwen35-tp4,qwen35-tp8,minimax-m3 --tokens "${MEMTOKENS:-1,8}" > "$OUT/sanitize_default.log" 2>&1
   grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize_default.log"
 fi
