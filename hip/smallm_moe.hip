@@ -161,14 +161,15 @@ int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // Two streaming kernels (smallm_moe_twopass.h), each with as many blocks as are resident (fewer
 // when there is less work). The down kernel's dynamic shared memory (y of its rows, staged h) is
 // raised per device as needed; on CUDA it is a programmatic dependent launch unless SMALLM_PDL=0.
+// pdl: the launch carries the attribute (launch_dependent: unless SMALLM_PDL=0).
 template <class Kernel>
-int launch_dependent(Kernel kernel, const smallm::MoeArgs& a, int smem, gpuStream_t stream,
-                     int threads = smallm::kThreads) {
+int launch_maybe_dependent(Kernel kernel, const smallm::MoeArgs& a, int smem, gpuStream_t stream, int threads,
+                           bool pdl) {
 #if defined(SMALLM_HIP)
+  (void)pdl;
   kernel<<<a.nblocks, threads, smem, stream>>>(a);
   return (int)GPU(GetLastError)();
 #else
-  static const bool pdl = env_switch_on("SMALLM_PDL");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(a.nblocks);
   cfg.blockDim = dim3(threads);
@@ -181,6 +182,12 @@ int launch_dependent(Kernel kernel, const smallm::MoeArgs& a, int smem, gpuStrea
   cfg.numAttrs = pdl ? 1 : 0;
   return (int)cudaLaunchKernelEx(&cfg, kernel, a);
 #endif
+}
+template <class Kernel>
+int launch_dependent(Kernel kernel, const smallm::MoeArgs& a, int smem, gpuStream_t stream,
+                     int threads = smallm::kThreads) {
+  static const bool pdl = env_switch_on("SMALLM_PDL");
+  return launch_maybe_dependent(kernel, a, smem, stream, threads, pdl);
 }
 
 // Blocks of a down kernel: resident blocks capped by the row-blocks, more while y of a block's
@@ -332,8 +339,11 @@ int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   const long pairs = (long)a.T * a.K;
   const long jobs = (pairs < a.E ? pairs : a.E) * (a.I / 4);
   a.nblocks = grid_blocks((jobs + kTeams - 1) / kTeams, capacity);
-  kernel<<<a.nblocks, kThreads * kTeams, smem, stream>>>(a);
-  return (int)GPU(GetLastError)();
+  // A programmatic dependent of whatever kernel precedes it on the stream (the router's top-k in a
+  // model, the previous call's down in the bench) unless SMALLM_GATEUP_PDL=0: its blocks launch as
+  // that kernel's blocks exit and wait (griddepcontrol.wait) before their first global read or write.
+  static const bool pdl = env_switch_on("SMALLM_GATEUP_PDL");
+  return launch_maybe_dependent(kernel, a, smem, stream, kThreads * kTeams, pdl);
 }
 
 // One team per block while two such blocks fit an SM's 196 KB shared-memory carveout, else one

@@ -655,6 +655,9 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   __shared__ GateUpMmaShared<kTeams> S;
   SMALLM_TL_ENTRY(0);
   grid_dependents_launch();
+  // Launched as a programmatic dependent of the stream's previous kernel (launch_gateup_mma): x and
+  // the routing may be that kernel's output, and h the previous call's down may still be reading.
+  grid_dependency_wait();
   for (int tok = thread_id(); tok < a.T; tok += kBlockThreads) S.xmax[tok] = 0;
   auto copy_x = [&] { stage_x_issue<kBlockThreads>(a, xs, &S.xbar); };
   build_routing<kBlockThreads>(a, S.R, copy_x);  // ends with a barrier

@@ -37,6 +37,9 @@ MMA_DOWN = Switch("SMALLM_MMA_DOWN", "1",
                   "A/B switch (CUDA, variant 5): 0 computes the down projection on CUDA cores while gate/up stays on tensor cores")
 PDL = Switch("SMALLM_PDL", "1",
              "A/B switch (CUDA, variant 5): 0 launches the down kernel without programmatic dependent launch")
+GATEUP_PDL = Switch("SMALLM_GATEUP_PDL", "1",
+                    "A/B switch (CUDA, tensor-core gate/up): 0 launches the gate/up kernel stream-ordered instead of "
+                    "as a programmatic dependent of the kernel before it")
 X_PREFETCH = Switch("SMALLM_X_PREFETCH", "1",
                     "experiment (kernel launcher): 0 turns off copying the next item's activations early")
 
@@ -72,7 +75,7 @@ GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     "as soon as its h is whole; up to 10 tokens and I=256, else as 2); 0 the mma.sync gate/up (the "
                     "default). Not for serving: 2 was 0-23 % slower end to end, 3 1.8-2.9x slower, 1 over the 1e-3 "
                     "tolerance in the wide_scales edge case (examples/results \"h200-tma\")")
-ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, X_PREFETCH,
+ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, GATEUP_PDL, X_PREFETCH,
        GATEUP_TEAMS, DOWN_TEAMS, DOWN_LO8, DOWN_RING, MMA_SPLIT, MMA_SPLIT_TOKENS, GATEUP_TMA)
 
 

@@ -82,6 +82,45 @@ def test_output_follows_a_token_permutation_bit_for_bit(fmt, shape, tokens):
 
 
 @pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
+@pytest.mark.parametrize("graph", [False, True])
+def test_back_to_back_calls_share_the_workspace(fmt, graph):
+    """Calls enqueued one after another with no sync between them, eagerly and in one CUDA graph: each
+    call's gate/up writes the device's one h workspace that the previous call's down reads, and is
+    launched as a programmatic dependent of the kernel before it (SMALLM_GATEUP_PDL), so it must
+    wait for that kernel before it writes. Token counts alternate between few and many so that a later
+    gate/up overwrites h rows an earlier down still needs; every output is poisoned and checked."""
+    from sglang_smallm_plugin.shapes import SHAPES
+    from sglang_smallm_plugin.testdata import make_call, reference_of
+    from sglang_smallm_plugin.tolerances import moe_tolerance, rel_l2
+
+    calls = [make_call(SHAPES[shape], fmt, "row_major", t, seed, "cuda")
+             for seed, (shape, t) in enumerate([("qwen35-tp4", 8), ("qwen35-tp4", 1), ("qwen35-tp4", 12),
+                                                ("qwen35-tp4", 2), ("qwen35-tp8", 20), ("qwen35-tp8", 3)])]
+    refs = [reference_of(c) for c in calls]
+    outs = [torch.full_like(c.x, float("nan")) for c in calls]
+    if graph:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for c, o in zip(calls, outs):
+                kernels.run_moe(c, out=o)  # warm-up on the capture stream
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for c, o in zip(calls, outs):
+                kernels.run_moe(c, out=o)
+        for o in outs:
+            o.fill_(float("nan"))
+        g.replay()
+    else:
+        for c, o in zip(calls, outs):
+            kernels.run_moe(c, out=o)
+    torch.cuda.synchronize()
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        assert rel_l2(o.float(), r.float()) <= moe_tolerance(fmt), (i, rel_l2(o.float(), r.float()))
+
+
+@pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
 @pytest.mark.parametrize("case", [c.name for c in EDGE_CASES])
 def test_kernel_edge_cases_match_reference(case, fmt):
     """Activation ranges past f16, invalid ids, a token with no valid slot (exact zeros), crowded
@@ -115,7 +154,8 @@ def test_sort_matches_reference_exactly(case, seed):
     {"SMALLM_KERNEL_VARIANT": "0"},  # the block kernel with cross-item pipelining (the gfx950 default)
     {"SMALLM_KERNEL_VARIANT": "5", "SMALLM_MMA": "0"},  # two kernels, gate/up and down on CUDA cores
     {"SMALLM_KERNEL_VARIANT": "5", "SMALLM_MMA_DOWN": "0"},  # gate/up on tensor cores, down on CUDA cores
-    {"SMALLM_PDL": "0"},  # two kernels, plain stream-ordered launches
+    {"SMALLM_PDL": "0"},  # the down stream-ordered after the gate/up
+    {"SMALLM_GATEUP_PDL": "0"},  # the gate/up stream-ordered after the kernel before it
     # the tensor-core gate/up with two teams per block where the launcher takes one, and the reverse
     {"SMALLM_GATEUP_TEAMS": "2", "formats": "fp8_block128,mxfp4"},
     {"SMALLM_GATEUP_TEAMS": "1", "formats": "fp8_block128,mxfp4", "tokens": "10,12"},
