@@ -74,12 +74,7 @@ if [ "${SELFTEST:-1}" = 1 ]; then
   tail -1 "$OUT/selftest_moe.log"; grep -E " (FAIL|fail)" "$OUT/selftest_moe.log" | head -5
   timeout 60 python3 -m sglang_smallm_plugin.cli selftest --what edge > "$OUT/selftest_edge.log" 2>&1; tail -1 "$OUT/selftest_edge.log"
 fi
-if [ "${MEMCHECK:-0}" = 1 ]; then
-  stamp memcheck
-  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
-    selftest --what moe --seeds 1 --shapes qwen35-tp4,qwen35-tp8,minimax-m3 --tokens "${MEMTOKENS:-1,8}" > "$OUT/sanitize.log" 2>&1
-  grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize.log"
-fi
+memcheck_stage sanitize.log 150
 if [ "${BENCH:-0}" = 1 ]; then
   stamp bench
   bench_formats _new "$T" "$T"

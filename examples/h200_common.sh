@@ -40,6 +40,15 @@ bench_summary() {  # bench_summary LOG...: one line per (shape, T): kernel us, f
     sed -E 's/ +/ /g; s/ row_major//; s/ distinct=[ 0-9.]+//; s/roofline.*//; s/fp8_block128 //; s/mxfp4 //; s/MB kernel//'; done
 }
 
+memcheck_stage() {  # memcheck_stage LOG LIMIT_S: with MEMCHECK=1, compute-sanitizer memcheck over `selftest --what moe`
+  # (one seed, Qwen3.5 TP4 and TP8 and the MiniMax-M3-like shape, both formats and layouts) at MEMTOKENS (default 1,8)
+  [ "${MEMCHECK:-0}" = 1 ] || return 0
+  stamp memcheck
+  timeout "$2" compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
+    selftest --what moe --seeds 1 --shapes qwen35-tp4,qwen35-tp8,minimax-m3 --tokens "${MEMTOKENS:-1,8}" > "$OUT/$1" 2>&1
+  grep -E "selftest:|ERROR SUMMARY" "$OUT/$1"
+}
+
 peer_stage() {  # peer_stage TOKENS: with PEER=1, SGLang's Triton FP8 peer (.peer/run.sh, carry ".peer") at TOKENS
   [ "${PEER:-0}" = 1 ] || return 0
   stamp peer

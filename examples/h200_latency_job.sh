@@ -37,12 +37,7 @@ if [ "${TESTS:-0}" = 1 ]; then
   stamp gpu-tests
   timeout "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider "$R/tests/test_kernel_gpu.py" > "$OUT/gpu_pytest.log" 2>&1; tail -1 "$OUT/gpu_pytest.log"
 fi
-if [ "${MEMCHECK:-0}" = 1 ]; then
-  stamp memcheck
-  timeout "${MEMTIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
-    selftest --what moe --seeds 1 --shapes qwen35-tp4,qwen35-tp8,minimax-m3 --tokens "${MEMTOKENS:-1,8}" > "$OUT/sanitize_default.log" 2>&1
-  grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize_default.log"
-fi
+memcheck_stage sanitize_default.log "${MEMTIMEOUT:-120}"
 if [ "${TIMELINE:-1}" = 1 ]; then
   stamp timeline
   wait

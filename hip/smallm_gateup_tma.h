@@ -157,28 +157,32 @@ SMALLM_DEV void mma(float (&d)[4 * NT], uint64_t adesc, uint64_t bdesc);
 #define SMALLM_TMA_O20(c) SMALLM_TMA_O16(c), c(d[16]), c(d[17]), c(d[18]), c(d[19])
 #define SMALLM_TMA_SET(x) "=f"(x)
 #define SMALLM_TMA_ACC(x) "+f"(x)
+// The asm text of one wgmma m64nNk32 e4m3 x e4m3 -> f32: D (the operand list DL) scaled in (FLAG "1")
+// or not ("0"), A given as the operand text A (a descriptor "%k" or four registers "{%i, ..}"), B as the
+// descriptor operand "%" #BD.
+#define SMALLM_TMA_WGMMA_ASM(FLAG, N, DL, A, BD)                                                        \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, " FLAG ", 0;\n"                                                     \
+  "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" DL "}, " A ", %" #BD ", p, 1, 1;\n}\n"
+// Both accumulate forms (kAcc false: D set, true: D accumulated) of one N through ONE.
+#define SMALLM_TMA_BOTH(ONE, NT, N, DL, A, BD, OUTS)          \
+  ONE(NT, false, "0", N, DL, A, BD, OUTS, SMALLM_TMA_SET) \
+  ONE(NT, true, "1", N, DL, A, BD, OUTS, SMALLM_TMA_ACC)
 #if defined(SMALLM_SM90_TMA)
-#define SMALLM_TMA_MMA_ONE(NT, ACC, FLAG, N, DL, AD, BD, OUTS, C)                                                \
-  template <>                                                                                           \
-  SMALLM_DEV void mma<NT, ACC>(float(&d)[4 * NT], uint64_t adesc, uint64_t bdesc) {                     \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " FLAG ", 0;\n"                                      \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" DL "}, %" #AD ", %" #BD ", p, 1, 1;\n}\n" \
-                 : OUTS(C)                                                                              \
-                 : "l"(adesc), "l"(bdesc));                                                             \
+#define SMALLM_TMA_MMA_ONE(NT, ACC, FLAG, N, DL, AD, BD, OUTS, C)                                \
+  template <>                                                                           \
+  SMALLM_DEV void mma<NT, ACC>(float(&d)[4 * NT], uint64_t adesc, uint64_t bdesc) {     \
+    asm volatile(SMALLM_TMA_WGMMA_ASM(FLAG, N, DL, AD, BD) : OUTS(C) : "l"(adesc), "l"(bdesc)); \
   }
 #else
 #define SMALLM_TMA_MMA_ONE(NT, ACC, FLAG, N, DL, AD, BD, OUTS, C) \
   template <>                                                \
   SMALLM_DEV void mma<NT, ACC>(float(&d)[4 * NT], uint64_t, uint64_t) { (void)d; }
 #endif
-#define SMALLM_TMA_MMA_BOTH(NT, N, DL, AD, BD, OUTS)                     \
-  SMALLM_TMA_MMA_ONE(NT, false, "0", N, DL, AD, BD, OUTS, SMALLM_TMA_SET) \
-  SMALLM_TMA_MMA_ONE(NT, true, "1", N, DL, AD, BD, OUTS, SMALLM_TMA_ACC)
-SMALLM_TMA_MMA_BOTH(1, 8, SMALLM_TMA_D4, 4, 5, SMALLM_TMA_O4)
-SMALLM_TMA_MMA_BOTH(2, 16, SMALLM_TMA_D8, 8, 9, SMALLM_TMA_O8)
-SMALLM_TMA_MMA_BOTH(3, 24, SMALLM_TMA_D12, 12, 13, SMALLM_TMA_O12)
-SMALLM_TMA_MMA_BOTH(4, 32, SMALLM_TMA_D16, 16, 17, SMALLM_TMA_O16)
-SMALLM_TMA_MMA_BOTH(5, 40, SMALLM_TMA_D20, 20, 21, SMALLM_TMA_O20)
+SMALLM_TMA_BOTH(SMALLM_TMA_MMA_ONE, 1, 8, SMALLM_TMA_D4, "%4", 5, SMALLM_TMA_O4)
+SMALLM_TMA_BOTH(SMALLM_TMA_MMA_ONE, 2, 16, SMALLM_TMA_D8, "%8", 9, SMALLM_TMA_O8)
+SMALLM_TMA_BOTH(SMALLM_TMA_MMA_ONE, 3, 24, SMALLM_TMA_D12, "%12", 13, SMALLM_TMA_O12)
+SMALLM_TMA_BOTH(SMALLM_TMA_MMA_ONE, 4, 32, SMALLM_TMA_D16, "%16", 17, SMALLM_TMA_O16)
+SMALLM_TMA_BOTH(SMALLM_TMA_MMA_ONE, 5, 40, SMALLM_TMA_D20, "%20", 21, SMALLM_TMA_O20)
 
 // d (+)= A(64 x 32 e4m3, registers) * B(32 x 8 NT e4m3, shared memory, bdesc). A's fragment, register j of
 // thread (warp w, lane 4 g + q): bytes 4q..4q+3 of row 16 w + g + 8 (j & 1), k + 16 for j >= 2 (checked
@@ -187,27 +191,23 @@ SMALLM_TMA_MMA_BOTH(5, 40, SMALLM_TMA_D20, 20, 21, SMALLM_TMA_O20)
 template <int NT, bool kAcc>
 SMALLM_DEV void mma_ra(float (&d)[4 * NT], const uint32_t (&a)[4], uint64_t bdesc);
 #if defined(SMALLM_SM90_TMA)
-#define SMALLM_TMA_MMA_RA_ONE(NT, ACC, FLAG, N, DL, AL, BD, OUTS, C)                                          \
-  template <>                                                                                          \
-  SMALLM_DEV void mma_ra<NT, ACC>(float(&d)[4 * NT], const uint32_t(&a)[4], uint64_t bdesc) {          \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " FLAG ", 0;\n"                                     \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" DL "}, {" AL "}, %" #BD ", p, 1, 1;\n}\n" \
-                 : OUTS(C)                                                                             \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc));                            \
+#define SMALLM_TMA_MMA_RA_ONE(NT, ACC, FLAG, N, DL, AL, BD, OUTS, C)                                 \
+  template <>                                                                                 \
+  SMALLM_DEV void mma_ra<NT, ACC>(float(&d)[4 * NT], const uint32_t(&a)[4], uint64_t bdesc) { \
+    asm volatile(SMALLM_TMA_WGMMA_ASM(FLAG, N, DL, AL, BD)                                     \
+                 : OUTS(C)                                                                    \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc));                   \
   }
 #else
 #define SMALLM_TMA_MMA_RA_ONE(NT, ACC, FLAG, N, DL, AL, BD, OUTS, C)                        \
   template <>                                                                        \
   SMALLM_DEV void mma_ra<NT, ACC>(float(&d)[4 * NT], const uint32_t(&)[4], uint64_t) { (void)d; }
 #endif
-#define SMALLM_TMA_MMA_RA_BOTH(NT, N, DL, AL, BD, OUTS)                     \
-  SMALLM_TMA_MMA_RA_ONE(NT, false, "0", N, DL, AL, BD, OUTS, SMALLM_TMA_SET) \
-  SMALLM_TMA_MMA_RA_ONE(NT, true, "1", N, DL, AL, BD, OUTS, SMALLM_TMA_ACC)
-SMALLM_TMA_MMA_RA_BOTH(1, 8, SMALLM_TMA_D4, "%4, %5, %6, %7", 8, SMALLM_TMA_O4)
-SMALLM_TMA_MMA_RA_BOTH(2, 16, SMALLM_TMA_D8, "%8, %9, %10, %11", 12, SMALLM_TMA_O8)
-SMALLM_TMA_MMA_RA_BOTH(3, 24, SMALLM_TMA_D12, "%12, %13, %14, %15", 16, SMALLM_TMA_O12)
-SMALLM_TMA_MMA_RA_BOTH(4, 32, SMALLM_TMA_D16, "%16, %17, %18, %19", 20, SMALLM_TMA_O16)
-SMALLM_TMA_MMA_RA_BOTH(5, 40, SMALLM_TMA_D20, "%20, %21, %22, %23", 24, SMALLM_TMA_O20)
+SMALLM_TMA_BOTH(SMALLM_TMA_MMA_RA_ONE, 1, 8, SMALLM_TMA_D4, "{%4, %5, %6, %7}", 8, SMALLM_TMA_O4)
+SMALLM_TMA_BOTH(SMALLM_TMA_MMA_RA_ONE, 2, 16, SMALLM_TMA_D8, "{%8, %9, %10, %11}", 12, SMALLM_TMA_O8)
+SMALLM_TMA_BOTH(SMALLM_TMA_MMA_RA_ONE, 3, 24, SMALLM_TMA_D12, "{%12, %13, %14, %15}", 16, SMALLM_TMA_O12)
+SMALLM_TMA_BOTH(SMALLM_TMA_MMA_RA_ONE, 4, 32, SMALLM_TMA_D16, "{%16, %17, %18, %19}", 20, SMALLM_TMA_O16)
+SMALLM_TMA_BOTH(SMALLM_TMA_MMA_RA_ONE, 5, 40, SMALLM_TMA_D20, "{%20, %21, %22, %23}", 24, SMALLM_TMA_O20)
 template <int N>
 SMALLM_DEV void hold_regs(uint32_t (&r)[N]) {  // keeps registers an async wgmma reads alive to here
 #pragma unroll
