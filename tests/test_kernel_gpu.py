@@ -86,35 +86,45 @@ def test_output_follows_a_token_permutation_bit_for_bit(fmt, shape, tokens):
 def test_back_to_back_calls_share_the_workspace(fmt, graph):
     """Calls enqueued one after another with no sync between them, eagerly and in one CUDA graph: each
     call's gate/up writes the device's one h workspace that the previous call's down reads, and is
-    launched as a programmatic dependent of the kernel before it (SMALLM_GATEUP_PDL), so it must
-    wait for that kernel before it writes. Token counts alternate between few and many so that a later
-    gate/up overwrites h rows an earlier down still needs; every output is poisoned and checked."""
+    launched as a programmatic dependent of the operation before it (SMALLM_GATEUP_PDL), so it must
+    wait for that operation before it reads x or writes h. Before each call its x is copied in and its
+    output zeroed (a copy and a fill right before the gate/up, as a model's graph may hold); token
+    counts alternate between few and many so that a later gate/up overwrites h rows an earlier down
+    still needs. Every output is poisoned beforehand and checked against its reference."""
+    import dataclasses
+
     from sglang_smallm_plugin.shapes import SHAPES
     from sglang_smallm_plugin.testdata import make_call, reference_of
     from sglang_smallm_plugin.tolerances import moe_tolerance, rel_l2
 
-    calls = [make_call(SHAPES[shape], fmt, "row_major", t, seed, "cuda")
-             for seed, (shape, t) in enumerate([("qwen35-tp4", 8), ("qwen35-tp4", 1), ("qwen35-tp4", 12),
-                                                ("qwen35-tp4", 2), ("qwen35-tp8", 20), ("qwen35-tp8", 3)])]
-    refs = [reference_of(c) for c in calls]
-    outs = [torch.full_like(c.x, float("nan")) for c in calls]
+    srcs = [make_call(SHAPES[shape], fmt, "row_major", t, seed, "cuda")
+            for seed, (shape, t) in enumerate([("qwen35-tp4", 8), ("qwen35-tp4", 1), ("qwen35-tp4", 12),
+                                               ("qwen35-tp4", 2), ("qwen35-tp8", 20), ("qwen35-tp8", 3)])]
+    refs = [reference_of(c) for c in srcs]
+    calls = [dataclasses.replace(c, x=torch.full_like(c.x, float("nan"))) for c in srcs]
+    outs = [torch.full_like(c.x, float("nan")) for c in srcs]
+
+    def enqueue():
+        for src, c, o in zip(srcs, calls, outs):
+            c.x.copy_(src.x)
+            o.zero_()
+            kernels.run_moe(c, out=o)
+
     if graph:
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
-            for c, o in zip(calls, outs):
-                kernels.run_moe(c, out=o)  # warm-up on the capture stream
+            enqueue()  # warm-up on the capture stream
         torch.cuda.current_stream().wait_stream(s)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            for c, o in zip(calls, outs):
-                kernels.run_moe(c, out=o)
-        for o in outs:
+            enqueue()
+        for c, o in zip(calls, outs):
+            c.x.fill_(float("nan"))
             o.fill_(float("nan"))
         g.replay()
     else:
-        for c, o in zip(calls, outs):
-            kernels.run_moe(c, out=o)
+        enqueue()
     torch.cuda.synchronize()
     for i, (o, r) in enumerate(zip(outs, refs)):
         assert rel_l2(o.float(), r.float()) <= moe_tolerance(fmt), (i, rel_l2(o.float(), r.float()))
