@@ -559,8 +559,8 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   // fit (mma_split_tokens), each on tensor cores. Each reads its own experts' weights again, but the
   // CUDA-core kernels were 10.7-13.1x the read floor at 32-48 tokens (MXFP4, examples/results
   // "h200-ab7" run 4). A token's output depends on its own row and routing only, so the result is the
-  // one call's; the gate/up of a later part is a plain launch, which waits for the earlier part's down
-  // before it writes h.
+  // one call's; the gate/up of a later part waits for the earlier part's down (stream order, or
+  // griddepcontrol.wait where it is a programmatic dependent) before it writes h.
   const int part = mma && split ? mma_split_tokens<Fmt>(a.T, a.K, a.D, split_tokens) : 0;
   if (part > 0 && part < a.T) {
     for (int t0 = 0; t0 < a.T; t0 += part) {

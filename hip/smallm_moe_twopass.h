@@ -26,7 +26,8 @@
 //
 // On sm_90 the down kernel is launched as a programmatic dependent of the gate/up kernel: its
 // prologue and its first W2 loads run while the gate/up kernel finishes, and it waits
-// (griddepcontrol.wait) only before reading h. Elsewhere the two launches are stream-ordered.
+// (griddepcontrol.wait) only before reading h. The tensor-core gate/up is in turn a programmatic
+// dependent of whatever precedes it and waits at its entry. Elsewhere the launches are stream-ordered.
 #pragma once
 
 #include "smallm_gateup_tma.h"  // tma:: (x's bulk copy on sm_90a)
