@@ -49,6 +49,13 @@ memcheck_stage() {  # memcheck_stage LOG LIMIT_S: with MEMCHECK=1, compute-sanit
   grep -E "selftest:|ERROR SUMMARY" "$OUT/$1"
 }
 
+tests_stage() {  # with TESTS=1, the GPU test file (tests/test_kernel_gpu.py) within TESTS_TIMEOUT s (default 240)
+  [ "${TESTS:-0}" = 1 ] || return 0
+  stamp gpu-tests
+  timeout "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider "$R/tests/test_kernel_gpu.py" > "$OUT/gpu_pytest.log" 2>&1
+  tail -1 "$OUT/gpu_pytest.log"
+}
+
 peer_stage() {  # peer_stage TOKENS: with PEER=1, SGLang's Triton FP8 peer (.peer/run.sh, carry ".peer") at TOKENS
   [ "${PEER:-0}" = 1 ] || return 0
   stamp peer

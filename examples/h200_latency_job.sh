@@ -33,10 +33,7 @@ if [ "${SELFTEST:-1}" = 1 ]; then
   fi
   timeout 60 python3 -m sglang_smallm_plugin.cli selftest --what edge > "$OUT/selftest_edge.log" 2>&1; tail -1 "$OUT/selftest_edge.log"
 fi
-if [ "${TESTS:-0}" = 1 ]; then
-  stamp gpu-tests
-  timeout "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider "$R/tests/test_kernel_gpu.py" > "$OUT/gpu_pytest.log" 2>&1; tail -1 "$OUT/gpu_pytest.log"
-fi
+tests_stage
 memcheck_stage sanitize_default.log "${MEMTIMEOUT:-120}"
 if [ "${TIMELINE:-1}" = 1 ]; then
   stamp timeline

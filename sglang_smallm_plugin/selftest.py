@@ -14,6 +14,7 @@ from . import gate, kernels
 from .calls import FP8_BLOCK128, ROW_MAJOR, SHUFFLE16
 from .shapes import SHAPES
 from .testdata import make_call, make_weights, reference_of
+from .timing import capture
 from .tolerances import moe_tolerance, rel_l2
 
 
@@ -55,14 +56,7 @@ def check_case(shape, weight_format, layout, tokens, seed, device, weights=None)
     kernels.run_moe(call, out=again)
     # CUDA graph capture + replay into a poisoned buffer
     gout = torch.full_like(call.x, float("nan"))
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        kernels.run_moe(call, out=gout)  # warm-up on the capture stream
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        kernels.run_moe(call, out=gout)
+    graph = capture(lambda: kernels.run_moe(call, out=gout))
     gout.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()

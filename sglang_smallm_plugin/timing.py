@@ -5,10 +5,9 @@ import statistics
 import torch
 
 
-def graph_us(body, launches: int, replays: int = 20, rounds: int = 3) -> float:
-    """Median µs per launch: `body()` issues `launches` launches; it runs once eagerly on a side
-    stream (warm-up, lazy init), is captured into one CUDA graph, and the graph is replayed
-    `replays` times per timed round."""
+def capture(body) -> "torch.cuda.CUDAGraph":
+    """`body()` run once eagerly on a side stream (warm-up: lazy init, workspace growth, which must
+    not happen inside a capture), then captured into one CUDA graph, which is returned unreplayed."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -17,6 +16,13 @@ def graph_us(body, launches: int, replays: int = 20, rounds: int = 3) -> float:
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         body()
+    return g
+
+
+def graph_us(body, launches: int, replays: int = 20, rounds: int = 3) -> float:
+    """Median µs per launch: `body()` issues `launches` launches; captured by `capture`, the graph
+    is replayed `replays` times per timed round."""
+    g = capture(body)
     for _ in range(3):
         g.replay()
     torch.cuda.synchronize()

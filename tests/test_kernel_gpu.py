@@ -95,6 +95,7 @@ def test_back_to_back_calls_share_the_workspace(fmt, graph):
 
     from sglang_smallm_plugin.shapes import SHAPES
     from sglang_smallm_plugin.testdata import make_call, reference_of
+    from sglang_smallm_plugin.timing import capture
     from sglang_smallm_plugin.tolerances import moe_tolerance, rel_l2
 
     srcs = [make_call(SHAPES[shape], fmt, "row_major", t, seed, "cuda")
@@ -111,14 +112,7 @@ def test_back_to_back_calls_share_the_workspace(fmt, graph):
             kernels.run_moe(c, out=o)
 
     if graph:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            enqueue()  # warm-up on the capture stream
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            enqueue()
+        g = capture(enqueue)
         for c, o in zip(calls, outs):
             c.x.fill_(float("nan"))
             o.fill_(float("nan"))
