@@ -36,12 +36,21 @@ def gen():
     return torch.Generator().manual_seed(1234)
 
 
-@pytest.fixture(scope="session")
-def scoreboards():
-    """examples/sass/scoreboards.py (a script, not part of the package) as a module."""
-    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "sass" / "scoreboards.py"
-    spec = importlib.util.spec_from_file_location("scoreboards", path)
+def _sass_script(name):
+    """examples/sass/NAME.py (a script, not part of the package) as a module."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "sass" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["scoreboards"] = mod  # dataclasses look their module up there
+    sys.modules[name] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture(scope="session")
+def scoreboards():
+    return _sass_script("scoreboards")
+
+
+@pytest.fixture(scope="session")
+def stage_banks():
+    return _sass_script("stage_banks")
