@@ -9,7 +9,8 @@
 # checkout's ("h200-ab13" run 4). The job prints .ab/base/COMMIT where it exists.
 # Switches: CASES ("FMT T I" items, ';'-separated), ITERS, NEW_ENVS (';'-separated environment
 # settings, e.g. "SMALLM_BULK_H=0" or "A=1 B=1": each one more column, this tree run with it), SELFTEST=1 (moe at
-# SEEDS seeds and TOKENS, and edge), TESTS=1 (the GPU test file, within TESTS_TIMEOUT s), MEMCHECK=1 (compute-sanitizer on selftest at MEMTOKENS, default 1,8),
+# SEEDS seeds and TOKENS, and edge), TESTS=1 (the GPU test file, within TESTS_TIMEOUT s), MEMCHECK=1
+# (compute-sanitizer on selftest at MEMTOKENS, default 1,8),
 # BENCH=1 (`sglang-smallm bench` at TOKENS: FP8 and MXFP4, Qwen3.5 TP4/TP8 row-major; BENCH_AB=1 also
 # builds the package from the baseline's hip/ into /tmp/basepkg and benches it beside this tree's,
 # and this tree with each of NEW_ENVS), PEER=1 (.peer/run.sh at TOKENS), LOADPATTERN=1

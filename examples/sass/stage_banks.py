@@ -9,6 +9,8 @@ offset between those two rows decides: rows p and N + p (the committed layout, a
 f16 values, 16 bytes more than 128-byte aligned) share the FP8 bank groups whenever N is even, and
 the MXFP4 ones unless N % 8 == 4; rows 2i and 2i + 1 (a pair staged at its place i in the pass order)
 never share the FP8 groups; MXFP4 would need its two rows 64 bytes apart (a row of I + 32 values).
+The f16-lo stage only (kLo8's lo rows are e5m2, loaded 8 bytes at a time). Columns of a pass with
+fewer than four pairs reread its first pair's rows, the same addresses: the count holds for them.
 
 Usage: python examples/sass/stage_banks.py  (prints mean wavefronts per B load, 4 is the least)
 """
