@@ -219,10 +219,11 @@ int launch_down(const smallm::MoeArgs& a0, gpuStream_t stream) {
 constexpr int kBlockReservedSmemBytes = 1024;  // per resident block, beside its own (sm_80+)
 // The tensor-core down's dynamic shared memory at the smallest grid its launcher may pick: one block
 // per SM (the most row-blocks, so the most y, per block), with h's lo half in lo_bytes.
+template <int Fmt>
 int down_mma_smem_at(int N, int I, int D, int sms, int lo_bytes) {
   using namespace smallm;
   const int nrb = D / kDownMmaRows;
-  return down_mma_smem_bytes(N, I, down_local_blocks(nrb, down_grid(N, kDownMmaRows, nrb, sms, kMaxYsMmaBytes)), lo_bytes);
+  return down_mma_smem_bytes<Fmt>(N, I, down_local_blocks(nrb, down_grid(N, kDownMmaRows, nrb, sms, kMaxYsMmaBytes)), lo_bytes);
 }
 // The bytes of h's lo half for the tensor-core down: 2 (f16) where that stage fits kDownMmaSmemBytes
 // and, for FP8, a block with it stays within the 196 KB shared-memory carveout (beside it at least
@@ -240,7 +241,7 @@ int down_mma_lo_bytes(const smallm::MoeArgs& a) {
   static const char* forced = getenv("SMALLM_DOWN_LO8");
   int dev = 0, sms = 0;
   if (!down_mma_takes<Fmt>(a.I) || current_device_sms(dev, sms) != 0) return 0;
-  const int f16 = down_mma_smem_at(a.T * a.K, a.I, a.D, sms, 2), e5m2 = down_mma_smem_at(a.T * a.K, a.I, a.D, sms, 1);
+  const int f16 = down_mma_smem_at<Fmt>(a.T * a.K, a.I, a.D, sms, 2), e5m2 = down_mma_smem_at<Fmt>(a.T * a.K, a.I, a.D, sms, 1);
   const bool f16_fits = f16 <= kDownMmaSmemBytes, e5m2_fits = e5m2 <= kDownMmaSmemBytes;
   if (forced && forced[0] == '0') return f16_fits ? 2 : 0;
   if (forced && forced[0] == '1') return e5m2_fits ? 1 : 0;
@@ -271,7 +272,7 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   a.nblocks = down_grid(N, kDownMmaRows, nrb, capacity, kMaxYsMmaBytes);
   int smem = 0;
   for (int step = 0; step < 4; ++step) {
-    smem = down_mma_smem_bytes(N, a.I, down_local_blocks(nrb, a.nblocks), kLo8 ? 1 : 2);
+    smem = down_mma_smem_bytes<Fmt>(N, a.I, down_local_blocks(nrb, a.nblocks), kLo8 ? 1 : 2);
     if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
     if (const int err = resident_capacity(kernel, table_smem, capacity, smem, kThreads * kTeams)) return err;
     if (capacity >= a.nblocks) break;

@@ -937,6 +937,15 @@ constexpr int kMaxYsMmaBytes = 32 * 1024;   // y of a block's row-blocks: the la
 // MXFP4 157.9 -> 155.8, 15-18 and 20 tokens level (examples/results "h200-ab15" run 3). (Swizzling odd
 // pairs' values instead, c ^ 8, took one more base register: alike at 19 tokens, 2 % slower at 18, run 2.)
 __host__ __device__ inline int down_mma_hstride(int I, bool lo8) { return lo8 ? I : I + 8; }
+// MXFP4 with the lo half as f16: the first lo row (the lo half of the pair at place i in row
+// down_mma_lo_row0(N) + i), the least >= N that is 4 mod 8, which puts a pair's lo row 64 bytes from its
+// hi row in bank offset (a row being 16 bytes more than a multiple of 128): up to 7 rows more.
+__host__ __device__ inline int down_mma_lo_row0(int N) { return N + ((4 - N) & 7); }
+// f16 rows of a staged h (kLo8: hi rows only; the lo bytes follow them)
+template <int Fmt>
+__host__ __device__ inline int down_mma_stage_rows(int N, bool lo8) {
+  return lo8 ? N : Fmt == kMxfp4 ? down_mma_lo_row0(N) + N : 2 * N;
+}
 // Chunks of I (MMA steps of mma_step_values) a tensor-core down job covers.
 template <int Fmt>
 __host__ __device__ inline int down_mma_chunks(int I) {
@@ -957,8 +966,11 @@ __host__ __device__ inline int down_mma_ring_chunks(int I) {
 }
 __host__ __device__ inline int down_mma_exp_floats(int N) { return (N + 3) / 4 * 4; }  // 2^e_p per pair, 16-byte padded
 // lo_bytes: 2 (lo as f16) or 1 (kLo8: lo as e5m2)
+template <int Fmt>
 __host__ __device__ inline int down_mma_smem_bytes(int N, int I, int nloc, int lo_bytes) {
-  return down_ys_floats(N, kDownMmaRows, nloc) * 4 + 2 * down_mma_exp_floats(N) * 4 + N * down_mma_hstride(I, lo_bytes == 1) * (2 + lo_bytes);
+  const bool lo8 = lo_bytes == 1;
+  return down_ys_floats(N, kDownMmaRows, nloc) * 4 + 2 * down_mma_exp_floats(N) * 4 +
+         down_mma_stage_rows<Fmt>(N, lo8) * down_mma_hstride(I, lo8) * 2 + (lo8 ? N * I : 0);
 }
 
 #if defined(SMALLM_MMA_F16)
@@ -1026,8 +1038,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   const int hst = down_mma_hstride(a.I, kLo8), nch = a.I / kCv, rowb2 = a.I / F::kRowBytesDiv;
   float* tws = hexp + down_mma_exp_floats(N);
   uint16_t* hhi = reinterpret_cast<uint16_t*>(tws + down_mma_exp_floats(N));
-  uint16_t* hlo = hhi + N * hst;                            // lo as f16, or
-  uint8_t* hlo8 = reinterpret_cast<uint8_t*>(hhi + N * hst);  // kLo8: lo as e5m2
+  uint8_t* hlo8 = reinterpret_cast<uint8_t*>(hhi + N * hst);  // kLo8: lo as e5m2 (f16 lo: rows of hhi, stage_row)
   const int nd = R.nd, njobs = nloc * nd;
   auto issue = [&](int jj, Loads& L) {
     const int i = jj / nd, u = jj - i * nd;
@@ -1080,22 +1091,32 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   SMALLM_TL_MARK(1, kTlDownIssued);
   grid_dependency_wait();  // h comes from the gate/up kernel (and out may alias what it reads)
   SMALLM_TL_MARK(1, kTlHReady);
-  // h -> hi/lo f16 halves, pair p (warp w takes p = w, w + 8, ...) scaled by 2^-e_p. Pairs without a
-  // valid expert have no h and are never read. FP8: the lane takes values 128j + 4 lane + [0, 4);
-  // MXFP4: 256j + 8 lane + [0, 8), stored in mxfp4_mma_order.
+  // h -> hi/lo f16 halves, pair p = plist[i] scaled by 2^-e_p (warp w takes places i = w, w + kBlockWarps,
+  // ...; pairs without a valid expert are not in plist, have no h and are never read), staged at its
+  // place i (stage_row), so that an MMA's B columns, an expert's consecutive pairs in plist, read rows
+  // whose hi and lo halves fall in different 16-byte bank groups of a quarter-warp's 16-byte loads (one
+  // wavefront per quarter, examples/sass/stage_banks.py): FP8 (pieces 32 bytes apart) in rows 2i and
+  // 2i + 1, 16 bytes apart in bank offset; MXFP4 (pieces 16 bytes apart, 64 a row's) in rows i and
+  // down_mma_lo_row0(N) + i, 64 bytes apart. (Rows p and N + p took two wavefronts at every even N for
+  // FP8, and unless N % 8 == 4 for MXFP4.) kLo8: row i of hhi and of hlo8 (lo loaded 8 bytes at a time).
+  // FP8: the lane takes values 128j + 4 lane + [0, 4); MXFP4: 256j + 8 lane + [0, 8), stored in
+  // mxfp4_mma_order.
+  const int lrow0 = down_mma_lo_row0(N);
+  auto stage_row = [&](int i, bool lo) { return kLo8 ? i : kFp4 ? (lo ? lrow0 + i : i) : 2 * i + lo; };
   constexpr int kLv = kFp4 ? 8 : 4, kPass = kWarp * kLv;  // values per lane and pass; values per pass
   constexpr int kPasses = kDownMmaChunks * kCv / kPass;
   // A warp loads kHGroup pairs' h before converting any (one round trip per group, not per pair:
   // per pair they were 5.5 us at T = 8, examples/results "h200-timeline"), as many as the registers
   // beside the two jobs' W2 hold without spilling.
   constexpr int kHGroup = kFp4 ? 2 : 4;
-  for (int p0 = w; p0 < N; p0 += kBlockWarps * kHGroup) {
+  const int nvalid = R.ucnt[nd];  // pairs with a valid expert: plist's length
+  for (int i0 = w; i0 < nvalid; i0 += kBlockWarps * kHGroup) {
     float v[kHGroup][kPasses][kLv];
 #pragma unroll
     for (int gi = 0; gi < kHGroup; ++gi) {
-      const int p = p0 + kBlockWarps * gi;
-      if (p >= N || R.id[p] < 0) continue;  // pairs without a valid expert have no h and are never read
-      const float* hp = a.h + (size_t)p * a.I;
+      const int i = i0 + kBlockWarps * gi;
+      if (i >= nvalid) continue;
+      const float* hp = a.h + (size_t)R.plist[i] * a.I;
 #pragma unroll
       for (int j = 0; j < kPasses; ++j) {
         if (kPass * j + kLv * lane < a.I) {
@@ -1112,8 +1133,10 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
     }
 #pragma unroll
     for (int gi = 0; gi < kHGroup; ++gi) {
-      const int p = p0 + kBlockWarps * gi;
-      if (p >= N || R.id[p] < 0) continue;
+      const int i = i0 + kBlockWarps * gi;
+      if (i >= nvalid) continue;
+      const int p = R.plist[i];
+      const int hrow = stage_row(i, false), lrow = stage_row(i, true);  // lrow: the f16 lo half's
       float mx = 0.0f;
 #pragma unroll
       for (int j = 0; j < kPasses; ++j)
@@ -1135,7 +1158,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
             hi[k] = f32_to_f16(f);
             lo[k] = f - f16_to_f32(hi[k]);  // exact
           }
-          const int at = p * hst + kPass * j + kLv * lane;
+          const int at = hrow * hst + kPass * j + kLv * lane;
           auto store_f16 = [&](uint16_t* dst, const uint16_t (&hv)[kLv]) {
             if constexpr (kFp4 && kLo8)  // (nvcc split the plain store in four here)
               store_shared16(dst + at, mxfp4_mma_order(hv));
@@ -1156,7 +1179,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
             uint16_t lh[kLv];
 #pragma unroll
             for (int k = 0; k < kLv; ++k) lh[k] = f32_to_f16(lo[k]);
-            store_f16(hlo, lh);
+            store_f16(hhi + (lrow - hrow) * hst, lh);
           }
         }
       }
@@ -1179,10 +1202,11 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
     for (int m0 = 0; m0 < M; m0 += kMmaPairs) {
       const int mc = imin(kMmaPairs, M - m0);
       const bool live = (g >> 1) < mc;
-      // B column g: pair g / 2, its hi half (even g) or lo half (odd g). f16 lo: at indexes hhi, the lo
-      // rows following the hi rows (hlo = hhi + N hst); kLo8: the same element index in both.
+      // B column g: pair g / 2 of the pass (place ig = beg + m0 + g / 2 in plist), its hi half (even g) or
+      // lo half (odd g): its stage rows as staged above.
       // FP8: values 16q.. of each chunk's 64; MXFP4: values 8q..8q+7 of each block of 32
-      const int at = ((kLo8 ? 0 : g & 1) * N + R.plist[beg + m0 + (live ? g >> 1 : 0)]) * hst + (kBlockMma ? 8 : F::kElems) * q;
+      const int ig = beg + m0 + (live ? g >> 1 : 0);
+      const int at = stage_row(ig, g & 1) * hst + (kBlockMma ? 8 : F::kElems) * q;
       const bool lo = g & 1;
       auto b_vec = [&](int e) {  // B: 8 staged values of h from element at + e
         if constexpr (kLo8) return stage_b(hhi, hlo8, at + e, lo);

@@ -114,7 +114,18 @@ def down_mma_hstride(I: int, lo8: bool) -> int:
     return I if lo8 else I + 8
 
 
-def down_mma_smem_at(N: int, I: int, D: int, sms: int, lo_bytes: int) -> int:
+def down_mma_lo_row0(N: int) -> int:
+    """hip/smallm_moe_twopass.h down_mma_lo_row0: MXFP4's first f16 lo row, the least >= N that is
+    4 mod 8 (a pair's lo row 64 bytes from its hi row in bank offset)."""
+    return N + ((4 - N) & 7)
+
+
+def down_mma_stage_rows(fmt: str, N: int, lo8: bool) -> int:
+    """hip/smallm_moe_twopass.h down_mma_stage_rows: f16 rows of the staged h (lo8: hi rows only)."""
+    return N if lo8 else down_mma_lo_row0(N) + N if fmt == MXFP4 else 2 * N
+
+
+def down_mma_smem_at(fmt: str, N: int, I: int, D: int, sms: int, lo_bytes: int) -> int:
     """hip/smallm_moe.hip down_mma_smem_at: the tensor-core down's dynamic shared memory at its
     smallest grid (one block per SM), with down_grid's rule (more blocks until a block's y fits);
     h staged as an f16 hi half and a lo half of lo_bytes (2: f16, 1: e5m2)."""
@@ -126,7 +137,9 @@ def down_mma_smem_at(N: int, I: int, D: int, sms: int, lo_bytes: int) -> int:
 
     while ys_bytes(G) > MAX_YS_MMA_BYTES and G < nrb:
         G += 1
-    return ys_bytes(G) + 2 * ((N + 3) // 4 * 4) * 4 + N * down_mma_hstride(I, lo_bytes == 1) * (2 + lo_bytes)
+    lo8 = lo_bytes == 1
+    return (ys_bytes(G) + 2 * ((N + 3) // 4 * 4) * 4
+            + down_mma_stage_rows(fmt, N, lo8) * down_mma_hstride(I, lo8) * 2 + (N * I if lo8 else 0))
 
 
 def down_mma_lo_bytes(fmt: str, N: int, I: int, D: int, sms: int):
@@ -134,7 +147,7 @@ def down_mma_lo_bytes(fmt: str, N: int, I: int, D: int, sms: int):
     1 = e5m2, 0 = the down runs on CUDA cores; why, in words, where not the plain f16 stage)."""
     from . import envs
 
-    f16, e5m2 = (down_mma_smem_at(N, I, D, sms, lo) for lo in (2, 1))
+    f16, e5m2 = (down_mma_smem_at(fmt, N, I, D, sms, lo) for lo in (2, 1))
     f16_fits, e5m2_fits = f16 <= DOWN_MMA_SMEM_BYTES, e5m2 <= DOWN_MMA_SMEM_BYTES
     no_fit = (f"its staged h and y take {e5m2} B even with h's lo half as e5m2, over the {DOWN_MMA_SMEM_BYTES} B "
               "of a block")

@@ -129,12 +129,15 @@ def test_h200_mxfp4_plan(env, T, K, I, expect):
 
 def test_down_stage_at_the_smallest_grid():
     # Qwen3.5 TP4, 16 tokens on 132 SMs: 256 row-blocks over 132 blocks, 2 per block
-    assert kernels.down_mma_smem_at(176, 256, 4096, 132, 2) == 176 * 16 * 2 * 4 + 2 * 176 * 4 + 176 * 264 * 4
-    assert kernels.down_mma_smem_at(176, 256, 4096, 132, 1) == 176 * 16 * 2 * 4 + 2 * 176 * 4 + 176 * 256 * 3  # unpadded
+    assert kernels.down_mma_smem_at("fp8", 176, 256, 4096, 132, 2) == 176 * 16 * 2 * 4 + 2 * 176 * 4 + 176 * 264 * 4
+    # MXFP4's lo rows from 180 (the least >= 176 that is 4 mod 8): 4 rows more
+    assert kernels.down_mma_smem_at("mxfp4", 176, 256, 4096, 132, 2) == 176 * 16 * 2 * 4 + 2 * 176 * 4 + (180 + 176) * 264 * 2
+    assert kernels.down_mma_smem_at("fp8", 176, 256, 4096, 132, 1) == 176 * 16 * 2 * 4 + 2 * 176 * 4 + 176 * 256 * 3  # unpadded
+    assert kernels.down_mma_smem_at("mxfp4", 176, 256, 4096, 132, 1) == kernels.down_mma_smem_at("fp8", 176, 256, 4096, 132, 1)
     # 114 SMs: 3 row-blocks' y (33792 B) pass 32 KB, so the launcher adds blocks up to 2 per block
-    assert kernels.down_mma_smem_at(176, 256, 4096, 114, 2) == kernels.down_mma_smem_at(176, 256, 4096, 132, 2)
+    assert kernels.down_mma_smem_at("fp8", 176, 256, 4096, 114, 2) == kernels.down_mma_smem_at("fp8", 176, 256, 4096, 132, 2)
     # 32 SMs, 16 pairs: y of 8 row-blocks per block (8192 B) fits 32 KB as it is
-    assert kernels.down_mma_smem_at(16, 256, 4096, 32, 2) == 16 * 16 * 8 * 4 + 2 * 16 * 4 + 16 * 264 * 4
+    assert kernels.down_mma_smem_at("fp8", 16, 256, 4096, 32, 2) == 16 * 16 * 8 * 4 + 2 * 16 * 4 + 16 * 264 * 4
     # an I the MMA chunks take whose stage cannot fit at any grid: CUDA cores, with the bytes
     assert ("down on CUDA cores (its staged h and y take 267520 B even with h's lo half as e5m2, over the 211968 B "
             "of a block)") in kernels.kernel_plan("sm_90", "mxfp4", 20, 8, 4096, 512, sms=132)  # 160 * 512 * 3 B of h alone
@@ -144,11 +147,13 @@ def test_down_h_rows_pad_only_the_f16_lo_half():
     # the mirror's row stride is the header's (padded by 8 values with an f16 lo half, not with e5m2)
     text = (HIP / "smallm_moe_twopass.h").read_text()
     assert "inline int down_mma_hstride(int I, bool lo8) { return lo8 ? I : I + 8; }" in text
-    assert "N * down_mma_hstride(I, lo_bytes == 1) * (2 + lo_bytes)" in text
+    assert "down_mma_stage_rows<Fmt>(N, lo8) * down_mma_hstride(I, lo8) * 2 + (lo8 ? N * I : 0)" in text
+    assert "inline int down_mma_lo_row0(int N) { return N + ((4 - N) & 7); }" in text
+    assert [kernels.down_mma_lo_row0(n) for n in (11, 12, 13, 20, 176, 220)] == [12, 12, 20, 20, 180, 220]
     assert (kernels.down_mma_hstride(256, False), kernels.down_mma_hstride(256, True)) == (264, 256)
     # what the unpadded e5m2 rows are for: Qwen3.5 TP4 19 tokens (209 pairs), the down's block within the
     # 196 KB carveout (with the pad, 209 * 8 * 3 B more, it was 4920 B past it)
-    block = kernels.down_mma_smem_at(209, 256, 4096, 132, 1) + kernels.MMA_ROUTING_BYTES + kernels.BLOCK_RESERVED_SMEM_BYTES
+    block = kernels.down_mma_smem_at("fp8", 209, 256, 4096, 132, 1) + kernels.MMA_ROUTING_BYTES + kernels.BLOCK_RESERVED_SMEM_BYTES
     assert block <= 196 * 1024 < block + 209 * 8 * 3
 
 
@@ -185,7 +190,7 @@ def test_down_lo_half(env):
     # MXFP4 keeps f16 while it fits (its down is bound by the weights' decode)
     assert "(2 teams per block: 176 pairs >= 33), each e8m0 block's scale on its MMA's fp32 sums;" in kernels.kernel_plan(
         "sm_90", "mxfp4", 16, 11, 4096, 256, sms=132)
-    assert "h's lo half as e5m2 (as f16 its stage would take 222912 B" in kernels.kernel_plan(
+    assert "h's lo half as e5m2 (as f16 its stage would take 223440 B" in kernels.kernel_plan(  # lo rows from 188
         "sm_90", "mxfp4", 17, 11, 4096, 256, sms=132)
     env.setenv("SMALLM_DOWN_LO8", "0")
     assert plan(16).endswith("(2 teams per block: 176 pairs >= 33)")  # f16 wherever it fits

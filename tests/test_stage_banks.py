@@ -11,16 +11,19 @@ def test_wavefronts_count_lines_per_bank_group_in_each_quarter(stage_banks):
     assert stage_banks.wavefronts(two) == 2 + 3
 
 
-def test_fp8_rows_by_pair_conflict_at_even_pairs_and_by_place_never(stage_banks):
+def test_fp8_rows_by_pair_conflict_at_even_pairs_and_adjacent_never(stage_banks):
     for n in (22, 44, 88, 132):
         assert stage_banks.mean_wavefronts("fp8", "pair", n) == 8.0
-        assert stage_banks.mean_wavefronts("fp8", "place", n) == 4.0
+        assert stage_banks.mean_wavefronts("fp8", "adjacent", n) == 4.0
     for n in (11, 33):
         assert stage_banks.mean_wavefronts("fp8", "pair", n) == 4.0
 
 
 def test_mxfp4_needs_its_two_rows_64_bytes_apart(stage_banks):
     assert stage_banks.mean_wavefronts("mxfp4", "pair", 44) == 4.0  # N % 8 == 4
-    assert stage_banks.mean_wavefronts("mxfp4", "pair", 88) == 8.0
-    assert stage_banks.mean_wavefronts("mxfp4", "place", 88) == 8.0
-    assert stage_banks.mean_wavefronts("mxfp4", "place", 88, pad=32) == 4.0
+    for n in (11, 22, 33, 88, 176, 187):  # N % 8 != 4
+        assert stage_banks.mean_wavefronts("mxfp4", "pair", n) == 8.0
+        assert stage_banks.mean_wavefronts("mxfp4", "adjacent", n) == 8.0
+        assert stage_banks.mean_wavefronts("mxfp4", "split", n) == 4.0  # the kernel's layout
+    # the model's lo_row0 is the header's
+    assert [stage_banks.lo_row0(n) for n in (11, 12, 176, 187)] == [12, 12, 180, 188]

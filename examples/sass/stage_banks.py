@@ -1,14 +1,19 @@
-"""Shared-memory wavefronts of the tensor-core down's B loads, by a model (examples/results "h200-s34" run 4).
+"""Shared-memory wavefronts of the tensor-core down's B loads, by a model (examples/results "h200-s34" run 4,
+"h200-s35").
 
 Each lane (g, q) of a warp loads 16 bytes of h's staged halves per instruction (`LDS.128`): column g
 of the MMA's B is pair g / 2 of the pass, its hi half (even g) or lo half (odd g), and q picks the
 piece of the row (FP8: 32 bytes apart, MXFP4: 16). A 16-byte load is served a quarter-warp (8 lanes)
 at a time; within a quarter, lanes whose pieces fall in the same 16-byte bank group of different
-128-byte lines take one wavefront each. A quarter holds one pair's hi and lo rows, so the bank
-offset between those two rows decides: rows p and N + p (the committed layout, a row being I + 8
-f16 values, 16 bytes more than 128-byte aligned) share the FP8 bank groups whenever N is even, and
-the MXFP4 ones unless N % 8 == 4; rows 2i and 2i + 1 (a pair staged at its place i in the pass order)
-never share the FP8 groups; MXFP4 would need its two rows 64 bytes apart (a row of I + 32 values).
+128-byte lines take one wavefront each.
+A quarter holds one pair's hi and lo rows, so the bank offset between those two rows decides (a row
+being I + 8 f16 values, 16 bytes more than 128-byte aligned). Three layouts:
+- "pair": rows p and N + p (the kernels before "h200-s35"): they share the FP8 bank groups whenever N
+  is even, and the MXFP4 ones unless N % 8 == 4;
+- "adjacent": the pair at place i of the pass order in rows 2i and 2i + 1, 16 bytes apart: never the
+  FP8 groups (the kernel's FP8 stage), always the MXFP4 ones (pieces 16 bytes apart fill 64 bytes);
+- "split": rows i and L + i, L the least >= N that is 4 mod 8 (down_mma_lo_row0), 64 bytes apart:
+  never the MXFP4 groups (the kernel's MXFP4 stage).
 The f16-lo stage only (kLo8's lo rows are e5m2, loaded 8 bytes at a time). Columns of a pass with
 fewer than four pairs reread its first pair's rows, the same addresses: the count holds for them.
 
@@ -37,6 +42,11 @@ def b_addresses(fmt: str, rows_of, hst: int) -> list[int]:
     return [rows_of(lane >> 3, (lane >> 2) & 1) * 2 * hst + piece * (lane & 3) for lane in range(32)]
 
 
+def lo_row0(N: int) -> int:
+    """hip/smallm_moe_twopass.h down_mma_lo_row0: the least >= N that is 4 mod 8."""
+    return N + ((4 - N) & 7)
+
+
 def mean_wavefronts(fmt: str, layout: str, N: int, I: int = 256, pad: int = 8, trials: int = 200) -> float:
     rng = random.Random(N)
     hst, total = I + pad, 0
@@ -44,9 +54,12 @@ def mean_wavefronts(fmt: str, layout: str, N: int, I: int = 256, pad: int = 8, t
         if layout == "pair":  # rows p and N + p, four pairs of an expert anywhere in 0..N-1
             pairs = rng.sample(range(N), 4)
             rows = lambda k, lo, pairs=pairs: pairs[k] + (N if lo else 0)  # noqa: E731
-        else:  # "place": rows 2i and 2i + 1, the pass's pairs at consecutive places
+        else:  # the pass's pairs at consecutive places i0..i0+3
             i0 = rng.randrange(N - 3)
-            rows = lambda k, lo, i0=i0: 2 * (i0 + k) + lo  # noqa: E731
+            if layout == "adjacent":
+                rows = lambda k, lo, i0=i0: 2 * (i0 + k) + lo  # noqa: E731
+            else:  # "split"
+                rows = lambda k, lo, i0=i0: i0 + k + (lo_row0(N) if lo else 0)  # noqa: E731
         total += wavefronts(b_addresses(fmt, rows, hst))
     return total / trials
 
@@ -54,7 +67,7 @@ def mean_wavefronts(fmt: str, layout: str, N: int, I: int = 256, pad: int = 8, t
 if __name__ == "__main__":
     counts = (11, 22, 33, 44, 88, 132, 176, 220)  # Qwen3.5 (11 slots) at 1, 2, 3, 4, 8, 12, 16, 20 tokens
     print("pairs N:" + "".join(f"{n:>6}" for n in counts))
-    for fmt, layout, pad in (("fp8", "pair", 8), ("fp8", "place", 8), ("mxfp4", "pair", 8),
-                             ("mxfp4", "place", 8), ("mxfp4", "place", 32)):
-        row = "".join(f"{mean_wavefronts(fmt, layout, n, pad=pad):6.1f}" for n in counts)
-        print(f"{fmt:5} rows by {layout:5} (row I+{pad:<2}):{row}")
+    for fmt in ("fp8", "mxfp4"):
+        for layout in ("pair", "adjacent", "split"):
+            row = "".join(f"{mean_wavefronts(fmt, layout, n):6.1f}" for n in counts)
+            print(f"{fmt:5} rows by {layout:8}:{row}")
