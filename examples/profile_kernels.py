@@ -14,7 +14,7 @@ from torch.profiler import ProfilerActivity, profile
 from sglang_smallm_plugin import kernels
 from sglang_smallm_plugin.shapes import SHAPES
 from sglang_smallm_plugin.testdata import make_call, make_weights
-from sglang_smallm_plugin.timing import graph_us
+from sglang_smallm_plugin.timing import capture, graph_us
 
 shape = SHAPES[sys.argv[1] if len(sys.argv) > 1 else "qwen35-tp4"]
 fmt = sys.argv[2] if len(sys.argv) > 2 else "fp8_block128"
@@ -31,9 +31,7 @@ for t in tokens:
             kernels.run_moe(c, out=o)
 
     wall = graph_us(body, copies)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        body()
+    g = capture(body)
     g.replay()
     torch.cuda.synchronize()
     reps = 20

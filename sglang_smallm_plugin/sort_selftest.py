@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import kernels, sort_gate
+from . import kernels, sort_gate, timing
 from .calls import AITER_SORT, TRITON_SORT, SortCall, SortOutput
 from .providers.reference import ReferenceSortProvider
 
@@ -154,14 +154,8 @@ def check_sort_case(E, K, T, block, output_format, routing, seed, device, fused=
     if not _outputs_equal(out, again):
         fails.append("second launch differs")
     g_out = _poisoned(kernels.sort_buffers(call))
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=s):
-            kernels.run_sort(call, path, g_out)
-    torch.cuda.current_stream().wait_stream(s)
-    _poisoned(g_out)
+    graph = timing.capture(lambda: kernels.run_sort(call, path, g_out))
+    _poisoned(g_out)  # the capture's eager warm-up wrote it: only the replay may fill it now
     graph.replay()
     torch.cuda.synchronize()
     if not _outputs_equal(out, g_out):
