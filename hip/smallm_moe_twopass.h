@@ -929,14 +929,15 @@ constexpr int kDownMmaChunks = 4;          // chunks of I per job: I <= 256 (FP8
 constexpr int kDownMmaSmemBytes = 207 * 1024;
 constexpr int kMaxYsMmaBytes = 32 * 1024;   // y of a block's row-blocks: the launcher adds blocks until it fits
 
-// f16 values per staged h row (with the lo half as f16, a pair's hi and lo halves are a row each, placed
-// by the down's stage_row; with it as e5m2, a pair's hi half is a row and its lo bytes follow all hi
-// rows). With the lo half as f16 the rows are padded by 8 values, against bank conflicts. With it as
-// e5m2 (kLo8) they are not: the pad took 8 x 3 B a pair, at Qwen3.5 TP4 19 tokens 5016 B, which put the down's
-// block 4.9 KB past the 196 KB carveout. Unpadded, two pairs of one expert read by one MMA may
-// conflict; at up to 20 tokens most experts have one pair. Qwen3.5 FP8 TP4 19 tokens 175.1 -> 166.8 us,
-// MXFP4 157.9 -> 155.8, 15-18 and 20 tokens level (examples/results "h200-ab15" run 3). (Swizzling odd
-// pairs' values instead, c ^ 8, took one more base register: alike at 19 tokens, 2 % slower at 18, run 2.)
+// f16 values per staged h row (with the lo half as f16, a pair's hi and lo halves are a row each,
+// placed by the down's stage_row; with it as e5m2, a pair's hi half is a row and its lo bytes follow
+// all hi rows). With the lo half as f16 the rows are padded by 8 values, against bank conflicts. With
+// it as e5m2 (kLo8) they are not: the pad took 8 x 3 B a pair, at Qwen3.5 TP4 19 tokens 5016 B, which
+// put the down's block 4.9 KB past the 196 KB carveout. Unpadded, two pairs of one expert read by one
+// MMA may conflict; at up to 20 tokens most experts have one pair. Qwen3.5 FP8 TP4 19 tokens
+// 175.1 -> 166.8 us, MXFP4 157.9 -> 155.8, 15-18 and 20 tokens level (examples/results "h200-ab15" run
+// 3). (Swizzling odd pairs' values instead, c ^ 8, took one more base register: alike at 19 tokens, 2 %
+// slower at 18, run 2.)
 __host__ __device__ inline int down_mma_hstride(int I, bool lo8) { return lo8 ? I : I + 8; }
 // MXFP4 with the lo half as f16: the first lo row (the lo half of the pair at place i in row
 // down_mma_lo_row0(N) + i), the least >= N that is 4 mod 8, which puts a pair's lo row 64 bytes from its
