@@ -122,7 +122,9 @@ def down_mma_lo_row0(N: int) -> int:
 
 def down_mma_stage_rows(fmt: str, N: int, lo8: bool) -> int:
     """hip/smallm_moe_twopass.h down_mma_stage_rows: f16 rows of the staged h (lo8: hi rows only)."""
-    return N if lo8 else down_mma_lo_row0(N) + N if fmt == MXFP4 else 2 * N
+    if lo8:
+        return N
+    return down_mma_lo_row0(N) + N if fmt == MXFP4 else 2 * N
 
 
 def down_mma_smem_at(fmt: str, N: int, I: int, D: int, sms: int, lo_bytes: int) -> int:

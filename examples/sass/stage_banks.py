@@ -23,6 +23,10 @@ from __future__ import annotations
 
 import random
 
+from sglang_smallm_plugin.kernels import down_mma_lo_row0
+
+lo_row0 = down_mma_lo_row0  # the "split" layout's first lo row: the package's mirror of the header's
+
 
 def wavefronts(addresses: list[int]) -> int:
     """Wavefronts of one warp-wide 16-byte load: per quarter-warp, the most distinct 128-byte lines
@@ -40,11 +44,6 @@ def b_addresses(fmt: str, rows_of, hst: int) -> list[int]:
     """Byte addresses of the 32 lanes' loads; rows_of(k, lo) is the stage row of the pass's pair k."""
     piece = 32 if fmt == "fp8" else 16
     return [rows_of(lane >> 3, (lane >> 2) & 1) * 2 * hst + piece * (lane & 3) for lane in range(32)]
-
-
-def lo_row0(N: int) -> int:
-    """hip/smallm_moe_twopass.h down_mma_lo_row0: the least >= N that is 4 mod 8."""
-    return N + ((4 - N) & 7)
 
 
 def mean_wavefronts(fmt: str, layout: str, N: int, I: int = 256, pad: int = 8, trials: int = 200) -> float:
