@@ -333,7 +333,7 @@ int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   static int raised[kMaxDevices] = {0};
   if (a0.T * a0.K > kMmaMaxPairs) return 7;  // a dispatch bug: the tensor-core path takes at most kMmaMaxPairs
   MoeArgs a = a0;
-  const int smem = (int)gateup_x_stage_bytes(a.T, a.D);  // up to kXStageBytes, fewer blocks per SM when large
+  const int smem = (int)gateup_mma_smem_bytes(a.T, a.D);  // x up to kXStageBytes, fewer blocks per SM when large
   if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
   int capacity = 0;
   if (const int err = resident_capacity(kernel, table, capacity, smem, kThreads * kTeams)) return err;
@@ -385,7 +385,7 @@ int launch_gateup_mma_teams(const smallm::MoeArgs& a, gpuStream_t stream) {
       if (GPU(FuncGetAttributes)(&fa, k) != 0) return 5;
       one_team[dev].bytes = (int)fa.sharedSizeBytes;
     }
-    const int block = one_team[dev].bytes + (int)smallm::gateup_x_stage_bytes(a.T, a.D) + kBlockReservedSmemBytes;
+    const int block = one_team[dev].bytes + (int)smallm::gateup_mma_smem_bytes(a.T, a.D) + kBlockReservedSmemBytes;
     teams = 2 * block > kTwoBlockCarveoutBytes ? 2 : 1;
   }
   if (teams == 2) return launch_gateup_mma<Fmt, Layout, kJ, 2>(a, stream);

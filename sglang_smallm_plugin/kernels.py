@@ -80,9 +80,16 @@ TMA_MAX_PAIRS = 320                    # kTmaMaxPairs
 TMA_FUSED_MAX_TOKENS = 10              # kTmaFusedMaxTokens: the one-kernel MoE (SMALLM_GATEUP_TMA=3)
 TMA_FUSED_MAX_INTER = 256              # kTmaFusedMaxInter
 # The one-team tensor-core gate/up's static shared memory as ptxas reports it for sm_90a (the
-# launcher reads it from the kernel; this mirror only words the log line): its routing, reductions and
-# per-token scales, and the barrier of x's bulk copy (8 bytes, padded to the routing's 128-byte alignment).
-GATEUP_STATIC_SMEM_BYTES = 24832
+# launcher reads it from the kernel; this mirror only words the log line): its routing (whose expert map
+# also holds the cross-warp sums once the routing is built) and the barrier of x's bulk copy (8 bytes,
+# padded to the routing's 128-byte alignment). The per-token scales follow x in its dynamic memory.
+GATEUP_STATIC_SMEM_BYTES = 19712
+
+
+def gateup_mma_smem_bytes(T: int, D: int) -> int:
+    """hip/smallm_moe_twopass.h gateup_mma_smem_bytes: the tensor-core gate/up's dynamic shared memory,
+    x as f16, then a 4-byte scale per token (16-byte padded)."""
+    return T * D * 2 + (T * 4 + 15) // 16 * 16
 
 
 def _mma_step_values(fmt: str) -> int:
@@ -317,7 +324,7 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
     elif forced in ("1", "2"):
         gateup = (f"gate/up on tensor cores ({forced} team{'s' if forced == '2' else ''} per block: "
                   f"SMALLM_GATEUP_TEAMS={forced})")
-    elif 2 * (GATEUP_STATIC_SMEM_BYTES + x_bytes + BLOCK_RESERVED_SMEM_BYTES) > TWO_BLOCK_CARVEOUT_BYTES:
+    elif 2 * (GATEUP_STATIC_SMEM_BYTES + gateup_mma_smem_bytes(T, D) + BLOCK_RESERVED_SMEM_BYTES) > TWO_BLOCK_CARVEOUT_BYTES:
         gateup = (f"gate/up on tensor cores (2 teams per block, x once per SM: two blocks of x {x_bytes} B would "
                   f"pass the {TWO_BLOCK_CARVEOUT_BYTES // 1024} KB shared-memory carveout)")
     elif (fmt == FP8_BLOCK128 and layout == ROW_MAJOR and _gateup_mma_kj(fmt, D) == 8
