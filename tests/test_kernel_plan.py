@@ -378,6 +378,12 @@ def test_two_team_gateup_fits_the_164_kb_carveout_at_19_tokens():
     """The per-token scales after x and the teams' sums in the routing's expert map keep the two-team
     gate/up's block at D = 4096 and 19 tokens within the 164 KB carveout (92 KB of L1 beside it), where
     both as static members (16128 B) took it to 168.75 KB (examples/results "h200-s35" run 3)."""
+    # the mirror's dynamic bytes are the header's (x as f16, then a word per token, 16-byte padded)
+    text = (HIP / "smallm_moe_twopass.h").read_text()
+    assert ("inline long gateup_mma_smem_bytes(int T, int D) { return gateup_x_stage_bytes(T, D) + (T * 4 + 15) / 16 * 16; }"
+            in text)
+    assert "inline long gateup_x_stage_bytes(int T, int D) { return (long)T * D * 2; }" in text
+    assert "const int smem = (int)gateup_mma_smem_bytes(a.T, a.D);" in (HIP / "smallm_moe.hip").read_text()
     static_two_teams = kernels.MMA_ROUTING_BYTES + 128  # test_kernel_compile checks it against ptxas
     block = lambda T: static_two_teams + kernels.gateup_mma_smem_bytes(T, 4096) + kernels.BLOCK_RESERVED_SMEM_BYTES  # noqa: E731
     assert kernels.gateup_mma_smem_bytes(19, 4096) == 19 * 8192 + 80
