@@ -551,7 +551,7 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   // N > 0: parts of at most N tokens also where the call fits one (A/B runs of the split's threshold;
   // at 10, Qwen3.5 FP8 TP4 20 tokens was 1.7 % faster, 19 and every TP8 or MXFP4 count slower:
   // examples/results "h200-ab15" run 1; again with the gate/up within 164 KB at 19 tokens, "h200-s36"
-  // run 1: 20 tokens 1 % faster, the rest 6-21 % slower)
+  // run 1: FP8 TP4 20 tokens 1 % faster, the rest 5-21 % slower)
   static const int split_tokens = [] {
     const char* v = getenv("SMALLM_MMA_SPLIT_TOKENS");
     return v ? atoi(v) : 0;
