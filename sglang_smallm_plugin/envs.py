@@ -66,7 +66,7 @@ MMA_SPLIT_TOKENS = Switch("SMALLM_MMA_SPLIT_TOKENS", "",
                           "A/B switch (CUDA, variant 5): N > 0 runs calls of more than N tokens as tensor-core calls of at "
                           "most N (near-equal parts), also where one call would fit; unset: split only where x or the pairs "
                           "do not fit (SMALLM_MMA_SPLIT). At 10 it was slower at 19 tokens and at TP8 and for MXFP4, "
-                          "1.7 % faster only at FP8 TP4 20 (\"h200-ab15\" run 1)")
+                          "1-1.7 % faster only at FP8 TP4 20 (\"h200-ab15\" run 1, \"h200-s36\" run 1)")
 GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     "experiment (CUDA sm_90a, FP8 row-major, tensor-core calls): 1 runs the gate/up as TMA tiles of W13 "
                     "on wgmma (hip/smallm_gateup_tma.h: up to 20 tokens and 320 token-slot pairs, D a multiple of 512), "
