@@ -86,10 +86,15 @@ TMA_FUSED_MAX_INTER = 256              # kTmaFusedMaxInter
 GATEUP_STATIC_SMEM_BYTES = 19712
 
 
+def gateup_x_stage_bytes(T: int, D: int) -> int:
+    """hip/smallm_moe_twopass.h gateup_x_stage_bytes: bytes of x staged as f16 by the tensor-core gate/up."""
+    return T * D * 2
+
+
 def gateup_mma_smem_bytes(T: int, D: int) -> int:
     """hip/smallm_moe_twopass.h gateup_mma_smem_bytes: the tensor-core gate/up's dynamic shared memory,
     x as f16, then a 4-byte scale per token (16-byte padded)."""
-    return T * D * 2 + (T * 4 + 15) // 16 * 16
+    return gateup_x_stage_bytes(T, D) + (T * 4 + 15) // 16 * 16
 
 
 def _mma_step_values(fmt: str) -> int:
@@ -101,7 +106,7 @@ def _gateup_mma_fits(fmt: str, T: int, K: int, D: int) -> bool:
     """gateup_mma_fits<Fmt>: x fits the f16 stage, the pairs MMA_MAX_PAIRS, and every warp takes at
     most 8 steps."""
     step = _mma_step_values(fmt)
-    return T * D * 2 <= X_STAGE_BYTES and T * K <= MMA_MAX_PAIRS and D % step == 0 and D // step <= 64
+    return gateup_x_stage_bytes(T, D) <= X_STAGE_BYTES and T * K <= MMA_MAX_PAIRS and D % step == 0 and D // step <= 64
 
 
 def _gateup_mma_kj(fmt: str, D: int) -> int:
@@ -233,7 +238,7 @@ def mma_split_tokens(fmt: str, T: int, K: int, D: int, most_tokens: int = 0) -> 
     tensor-core gate/up's f16 stage or whose pairs are over MMA_MAX_PAIRS (T in the fewest parts that
     fit, near-equal); 0 where D does not suit the tensor-core gate/up. most_tokens > 0 caps a part's
     tokens further (SMALLM_MMA_SPLIT_TOKENS)."""
-    most = min(X_STAGE_BYTES // (2 * D), MMA_MAX_PAIRS // max(K, 1))
+    most = min(X_STAGE_BYTES // gateup_x_stage_bytes(1, D), MMA_MAX_PAIRS // max(K, 1))
     if most_tokens > 0:
         most = min(most, most_tokens)
     if T <= 0 or most < 1 or not _gateup_mma_fits(fmt, 1, K, D):
@@ -255,8 +260,8 @@ def _mma_over(T: int, K: int, D: int, fmt: str = FP8_BLOCK128) -> str:
     step = _mma_step_values(fmt)
     if D % step or D // step > 64:
         return f"D={D} is not 8 steps of {step} or fewer per warp"
-    if T * D * 2 > X_STAGE_BYTES:
-        return f"x as f16 is {T * D * 2} B, over the {X_STAGE_BYTES} B stage"
+    if gateup_x_stage_bytes(T, D) > X_STAGE_BYTES:
+        return f"x as f16 is {gateup_x_stage_bytes(T, D)} B, over the {X_STAGE_BYTES} B stage"
     return f"{T * K} pairs, over the {MMA_MAX_PAIRS} of a tensor-core call"
 
 
@@ -297,7 +302,7 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
     if not (cuda and envs.MMA.enabled()):
         why = "no tensor-core path for this arch" if envs.MMA.enabled() else "SMALLM_MMA=0"
         return f"two-pass (variant 5): gate/up and down on CUDA cores ({why})"
-    x_bytes, step = T * D * 2, _mma_step_values(fmt)
+    x_bytes, step = gateup_x_stage_bytes(T, D), _mma_step_values(fmt)
     forced_most = _split_tokens_setting()
     part = mma_split_tokens(fmt, T, K, D, forced_most)
     if envs.MMA_SPLIT.enabled() and 0 < part < T:
