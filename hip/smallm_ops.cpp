@@ -10,8 +10,8 @@
 #include "smallm_args.h"
 #include "smallm_sort_args.h"
 
-int smallm_read_floor_launch(const uint8_t* base, const int32_t* ids, int n_ids, long expert_bytes, int chunks,
-                             unsigned* sink, void* stream);
+int smallm_read_floor_launch(const uint8_t* base, const int32_t* ids, int n_ids, long expert_bytes, long offset,
+                             long length, int chunks, bool dependent, unsigned* sink, void* stream);
 
 namespace {
 
@@ -156,17 +156,23 @@ void moe_sort(const at::Tensor& topk_ids, const std::optional<at::Tensor>& topk_
               " (-2: too many pairs for compact, -3: too many pairs or experts for distributed)");
 }
 
-void read_floor(const at::Tensor& base, const at::Tensor& ids, int64_t expert_bytes, int64_t chunks, at::Tensor& sink) {
+// Reads bytes [offset, offset + length) of each listed expert (length -1: to the expert's end);
+// dependent: launched as a programmatic dependent of the kernel before it (CUDA), reading after it.
+void read_floor(const at::Tensor& base, const at::Tensor& ids, int64_t expert_bytes, int64_t chunks, at::Tensor& sink,
+                int64_t offset, int64_t length, bool dependent) {
   TORCH_CHECK(base.is_cuda() && ids.is_cuda() && sink.is_cuda(), "sglang_smallm::read_floor: tensors must be on the GPU");
   TORCH_CHECK(base.element_size() == 1 && base.is_contiguous() && expert_bytes % 16 == 0 &&
                   reinterpret_cast<uintptr_t>(base.data_ptr()) % 16 == 0,
               "sglang_smallm::read_floor: base must be contiguous aligned bytes, expert_bytes % 16 == 0");
+  if (length < 0) length = expert_bytes - offset;
+  TORCH_CHECK(offset >= 0 && offset % 16 == 0 && length % 16 == 0 && offset + length <= expert_bytes,
+              "sglang_smallm::read_floor: offset and length must be multiples of 16 within expert_bytes");
   TORCH_CHECK(ids.scalar_type() == at::kInt && ids.dim() == 1 && ids.is_contiguous(), "read_floor: ids int32 [n]");
   TORCH_CHECK(sink.scalar_type() == at::kInt && sink.numel() >= 1, "read_floor: sink int32 [1]");
   const c10::cuda::CUDAGuard guard(base.device());
   const int rc = smallm_read_floor_launch(reinterpret_cast<const uint8_t*>(base.data_ptr()), ids.data_ptr<int32_t>(),
-                                          (int)ids.numel(), (long)expert_bytes, (int)chunks,
-                                          reinterpret_cast<unsigned*>(sink.data_ptr<int32_t>()),
+                                          (int)ids.numel(), (long)expert_bytes, (long)offset, (long)length,
+                                          (int)chunks, dependent, reinterpret_cast<unsigned*>(sink.data_ptr<int32_t>()),
                                           c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(rc == 0, "sglang_smallm::read_floor: launch failed with code ", rc);
 }
@@ -183,7 +189,9 @@ TORCH_LIBRARY(sglang_smallm, m) {
       "moe_sort(Tensor topk_ids, Tensor? topk_weights, Tensor(a!) sorted_ids, Tensor(b!)? sorted_weights, "
       "Tensor(c!) expert_ids, Tensor(d!) num_valid, Tensor? x, Tensor(e!)? xq, Tensor(f!)? xs, Tensor(g!)? zero_buf, "
       "int E, int block, int fmt, int path) -> ()");
-  m.def("read_floor(Tensor base, Tensor ids, int expert_bytes, int chunks, Tensor(a!) sink) -> ()");
+  m.def(
+      "read_floor(Tensor base, Tensor ids, int expert_bytes, int chunks, Tensor(a!) sink, int offset=0, int length=-1, "
+      "bool dependent=False) -> ()");
   m.def("build_arch() -> str", &build_arch);
 }
 

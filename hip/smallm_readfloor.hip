@@ -1,17 +1,25 @@
 // smallm_readfloor.hip: the practical floor of a small-M MoE call, measured by a kernel that only
-// reads the weight bytes of the experts a routing touches (one launch, no arithmetic), so that
-// `sglang-smallm bench` can put the floor beside the kernel in the same run, for any weight format.
+// reads the weight bytes of the experts a routing touches (no arithmetic), so that `sglang-smallm bench`
+// can put the floor beside the kernel in the same run, for any weight format. One launch reads each
+// expert's whole bytes; the two-launch floors read its W13 bytes, then in a second launch its W2 bytes,
+// the second either stream-ordered or a programmatic dependent of the first that reads nothing until the
+// first grid has finished (the dependency the MoE's down kernel has on its gate/up kernel).
 #include "smallm_compat.h"
 
 namespace smallm {
 
-// grid (chunks, n_ids): workgroup (c, i) streams chunk c of expert ids[i]'s `expert_bytes` bytes.
+// grid (chunks, n_ids): workgroup (c, i) streams chunk c of bytes [offset, offset + length) of expert
+// ids[i] (experts `expert_bytes` apart). The next floor kernel may launch at once; where this one is a
+// programmatic dependent (sm_90, the launcher's `dependent`), it waits for the grid before it first.
 __global__ void __launch_bounds__(256) smallm_read_floor_kernel(const uint8_t* base, const int32_t* ids,
-                                                                 long expert_bytes, int chunks, unsigned* sink) {
+                                                                 long expert_bytes, long offset, long length,
+                                                                 int chunks, unsigned* sink) {
+  grid_dependents_launch();
   const int t = thread_id();
   const int c = block_id() % chunks, i = block_id() / chunks;
-  const uint8_t* p = base + (long)ids[i] * expert_bytes;
-  const long vecs = expert_bytes / 16, per = (vecs + chunks - 1) / chunks;
+  const uint8_t* p = base + (long)ids[i] * expert_bytes + offset;
+  grid_dependency_wait();  // a no-op unless launched as a programmatic dependent
+  const long vecs = length / 16, per = (vecs + chunks - 1) / chunks;
   const long lo = c * per, hi = lo + per < vecs ? lo + per : vecs;
   uint32_t acc = 0;
   long v = lo + t;
@@ -37,15 +45,28 @@ typedef hipStream_t floorStream_t;
 typedef cudaStream_t floorStream_t;
 #endif
 
-int smallm_read_floor_launch(const uint8_t* base, const int32_t* ids, int n_ids, long expert_bytes, int chunks,
-                             unsigned* sink, void* stream) {
-  if (n_ids <= 0 || chunks <= 0) return 0;
-  smallm::smallm_read_floor_kernel<<<n_ids * chunks, 256, 0, reinterpret_cast<floorStream_t>(stream)>>>(
-      base, ids, expert_bytes, chunks, sink);
+// dependent: on CUDA a programmatic dependent launch (the kernel then waits for the grid before it); on
+// HIP stream-ordered, as every launch there.
+int smallm_read_floor_launch(const uint8_t* base, const int32_t* ids, int n_ids, long expert_bytes, long offset,
+                             long length, int chunks, bool dependent, unsigned* sink, void* stream) {
+  if (n_ids <= 0 || chunks <= 0 || length <= 0) return 0;
 #if defined(SMALLM_HIP)
+  (void)dependent;
+  smallm::smallm_read_floor_kernel<<<n_ids * chunks, 256, 0, reinterpret_cast<floorStream_t>(stream)>>>(
+      base, ids, expert_bytes, offset, length, chunks, sink);
   return (int)hipGetLastError();
 #else
-  return (int)cudaGetLastError();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(n_ids * chunks);
+  cfg.blockDim = dim3(256);
+  cfg.stream = reinterpret_cast<floorStream_t>(stream);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = dependent ? 1 : 0;
+  return (int)cudaLaunchKernelEx(&cfg, smallm::smallm_read_floor_kernel, base, ids, expert_bytes, offset, length,
+                                 chunks, sink);
 #endif
 }
 #endif

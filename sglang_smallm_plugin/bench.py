@@ -1,7 +1,10 @@
 """Layer benchmark (`sglang-smallm bench`): the fused kernel inside CUDA graphs, rotating among
 weight copies so the weights are not L2-resident, against the byte roofline from the copy
 bandwidth and the read floor (a one-launch kernel that only reads the same experts' bytes, any
-weight format), both measured in the same run.
+weight format), both measured in the same run. Beside the one-launch floor, two two-launch floors:
+each expert's W13 bytes, then in a second launch its W2 bytes, stream-ordered or (CUDA) as a programmatic
+dependent that reads only once the first grid has finished. The MoE's down kernel depends on its gate/up
+kernel that way, so they show what the launch count alone costs, with no arithmetic.
 
 Byte model per call (explicit, QuACK-style): distinct experts touched x (w13 + w2 + scale bytes)
 + activations in + output out + routing. Roofline = bytes / copy bandwidth, where the copy
@@ -61,18 +64,28 @@ def time_graph(calls, reps=20, rounds=3) -> float:
     return graph_us(body, len(calls), reps, rounds)
 
 
-def time_read_floor(flats, id_sets, expert_bytes, reps=20, rounds=3) -> float:
-    """The read floor: median µs per call of one launch that only reads the touched experts' bytes
-    (torch.ops.sglang_smallm.read_floor), best over a few chunkings, same graph discipline as the kernel."""
+FLOOR_CHUNKS = (8, 16, 32, 64, 128)
+
+
+def time_read_floor(flats, id_sets, expert_bytes, reps=20, rounds=3, split=None, dependent=False) -> float:
+    """The read floor: median µs per call of launches that only read the touched experts' bytes
+    (torch.ops.sglang_smallm.read_floor), best over a few chunkings, same graph discipline as the kernel.
+    split=None: one launch reads each expert's bytes; split=b: a launch reads bytes [0, b) of each, a
+    second the rest, stream-ordered or, dependent=True, as a programmatic dependent of the first."""
     sink = torch.zeros(1, dtype=torch.int32, device=flats[0].device)
+    read = torch.ops.sglang_smallm.read_floor
 
     def body_for(chunks):
         def body():
             for f, ids in zip(flats, id_sets):
-                torch.ops.sglang_smallm.read_floor(f, ids, expert_bytes, chunks, sink)
+                if split is None:
+                    read(f, ids, expert_bytes, chunks, sink)
+                else:
+                    read(f, ids, expert_bytes, chunks, sink, 0, split, False)
+                    read(f, ids, expert_bytes, chunks, sink, split, expert_bytes - split, dependent)
         return body
 
-    return min(graph_us(body_for(chunks), len(flats), reps, rounds) for chunks in (8, 16, 32, 64, 128))
+    return min(graph_us(body_for(chunks), len(flats), reps, rounds) for chunks in FLOOR_CHUNKS)
 
 
 def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda", echo=print) -> list:
@@ -90,15 +103,21 @@ def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda
         us = time_graph(calls)
         ids = [torch.unique(c.topk_ids[(c.topk_ids >= 0) & (c.topk_ids < shape.experts)]).to(torch.int32) for c in calls]
         floor = time_read_floor(flats, ids, eb)
+        w13 = shape.w13_bytes(weight_format)
+        floor2 = time_read_floor(flats, ids, eb, split=w13)
+        floor2d = time_read_floor(flats, ids, eb, split=w13, dependent=True)
         roof = nbytes / bw * 1e6
         plan = kernels.kernel_plan(arch, weight_format, t, shape.slots, shape.hidden, shape.inter, layout=layout)
         row = dict(shape=shape.name, format=weight_format, layout=layout, tokens=t, distinct=nd,
                    mbytes=nbytes / 1e6, kernel_us=us, roofline_us=roof, frac_roofline=roof / us,
-                   read_floor_us=floor, over_floor=us / floor, in_cap=t <= cap, fallback_us=None, kernels=plan)
+                   read_floor_us=floor, over_floor=us / floor, read_floor_2launch_us=floor2,
+                   read_floor_2dep_us=floor2d, over_floor_2dep=us / floor2d, in_cap=t <= cap, fallback_us=None,
+                   kernels=plan)
         rows.append(row)
         echo(f"{shape.name:14} {weight_format:12} {layout:12} T={t:3d} distinct={nd:6.1f} {nbytes / 1e6:8.1f} MB "
              f"kernel {us:7.1f} us  read floor {floor:7.1f} us ({us / floor:4.2f}x)  roofline {roof:7.1f} us  "
-             f"{roof / us:5.0%}{'' if t <= cap else '  (above cap)'}  [{plan}]")
+             f"{roof / us:5.0%}  two-launch floors {floor2:7.1f} / {floor2d:7.1f} us ({us / floor2d:4.2f}x)"
+             f"{'' if t <= cap else '  (above cap)'}  [{plan}]")
     del weights, flats
     torch.cuda.empty_cache()
     return rows
@@ -130,6 +149,8 @@ def plot(rows, path):
         line, = ax.plot(ts, [r["kernel_us"] for r in rs], marker="o", label=f"{k[0]} {k[1]} {k[2]} kernel")
         ax.plot(ts, [r["roofline_us"] for r in rs], ls="--", color=line.get_color(), label=f"{k[0]} roofline")
         ax.plot(ts, [r["read_floor_us"] for r in rs], ls=":", color=line.get_color(), label=f"{k[0]} read floor")
+        ax.plot(ts, [r["read_floor_2dep_us"] for r in rs], ls="-.", color=line.get_color(),
+                label=f"{k[0]} read floor, W2 after W13")
     ax.set_xlabel("tokens")
     ax.set_ylabel("µs per MoE layer call")
     ax.grid(alpha=0.3)
@@ -157,10 +178,13 @@ def run(shapes=("qwen35-tp4", "qwen35-tp8"), formats=(FP8_BLOCK128,), layouts=(R
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     write_csv(rows, os.path.join(out_dir, "bench.csv"))
     plot(rows, os.path.join(out_dir, "bench.png"))
-    echo("\n| shape | format | layout | T | distinct | MB | kernel µs | read floor µs | kernel / floor | roofline µs | of roofline |")
-    echo("|---|---|---|---|---|---|---|---|---|---|---|")
+    echo("\n(two-launch floors: W13, then W2 in a second launch, stream-ordered / as a programmatic dependent)")
+    echo("| shape | format | layout | T | distinct | MB | kernel µs | read floor µs | kernel / floor | roofline µs | "
+         "of roofline | two-launch floors µs | kernel / dependent floor |")
+    echo("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         echo(f"| {r['shape']} | {r['format']} | {r['layout']} | {r['tokens']} | {r['distinct']:.1f} | {r['mbytes']:.1f} | "
              f"{r['kernel_us']:.1f} | {r['read_floor_us']:.1f} | {r['over_floor']:.2f}x | {r['roofline_us']:.1f} | "
-             f"{r['frac_roofline']:.0%} |")
+             f"{r['frac_roofline']:.0%} | {r['read_floor_2launch_us']:.1f} / {r['read_floor_2dep_us']:.1f} | "
+             f"{r['over_floor_2dep']:.2f}x |")
     return rows

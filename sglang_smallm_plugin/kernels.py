@@ -439,7 +439,7 @@ def _register_fakes():
         return None
 
     @torch.library.register_fake("sglang_smallm::read_floor")
-    def _read_floor_fake(base, ids, expert_bytes, chunks, sink):
+    def _read_floor_fake(base, ids, expert_bytes, chunks, sink, offset=0, length=-1, dependent=False):
         return None
 
     @torch.library.register_fake("sglang_smallm::moe_sort")

@@ -20,6 +20,13 @@ class MoeShape:
             return 3 * D * I // 2 + 3 * D * I // 32
         return 3 * D * I + 4 * (3 * D * I // (128 * 128))
 
+    def w13_bytes(self, weight_format: str) -> int:
+        """Gate/up (W13) weight + scale bytes of one expert; the rest of expert_bytes is W2's."""
+        D, I = self.hidden, self.inter
+        if weight_format == "mxfp4":
+            return D * I + 2 * D * I // 32
+        return 2 * D * I + 4 * (2 * D * I // (128 * 128))
+
     def distinct_experts(self, tokens: int) -> float:
         """Expected distinct experts touched by `tokens` tokens with uniform random routing."""
         routed = self.experts - self.shared

@@ -99,3 +99,20 @@ def test_bench_csv_keeps_the_kernel_plan_in_one_column(tmp_path):
     back = list(csv.DictReader(open(tmp_path / "b.csv")))
     assert [r["kernels"] for r in back] == [r["kernels"] for r in rows]
     assert back[1]["tokens"] == "9" and float(back[0]["kernel_us"]) == 22.4
+
+
+@pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
+def test_bench_two_launch_floor_splits_each_expert_at_its_w13_bytes(fmt):
+    """The bench's two-launch floors read W13's bytes (weights + scales) in one launch and W2's in a
+    second: the split is W13's bytes by the format's byte model, 16-byte aligned for the floor kernel."""
+    from sglang_smallm_plugin.shapes import SHAPES
+
+    for shape in SHAPES.values():
+        D, I = shape.hidden, shape.inter
+        if fmt == "mxfp4":  # e2m1 two a byte, one e8m0 per 32 values
+            w13, w2 = 2 * D * I // 2 + 2 * D * I // 32, D * I // 2 + D * I // 32
+        else:  # e4m3, one fp32 per 128 x 128 block
+            w13, w2 = 2 * D * I + 4 * (2 * I // 128) * (D // 128), D * I + 4 * (D // 128) * (I // 128)
+        assert shape.w13_bytes(fmt) == w13, shape.name
+        assert shape.expert_bytes(fmt) == w13 + w2, shape.name
+        assert w13 % 16 == 0 and w2 % 16 == 0, shape.name

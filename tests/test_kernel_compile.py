@@ -465,6 +465,17 @@ def test_mxfp4_tma_probe_decodes_e2m1_into_wgmma_registers(tmp_path):
     assert any("reference_h" in n for n in bodies) and any("read_floor" in n for n in bodies)
 
 
+def test_read_floor_kernel_can_be_a_programmatic_dependent(sm90a_build):
+    """The bench's two-launch floors: the read-floor kernel lets the next one launch at its entry and, when
+    launched as a programmatic dependent, waits for the grid before it before its first weight load."""
+    r, text = sm90a_build("smallm_readfloor")
+    assert r.returncode == 0 and text, r.stderr[-4000:]
+    (name, body), = [(n, b) for n, b in _ptx_entries(text).items() if "smallm_read_floor_kernel" in n]
+    launch, wait = body.find("griddepcontrol.launch_dependents"), body.find("griddepcontrol.wait")
+    weight_loads = [m.start() for m in re.finditer(r"ld\.global[.\w]*\.v4\.", body)]  # 16-byte weight loads
+    assert weight_loads and 0 <= launch < wait < min(weight_loads), name
+
+
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
 def test_loadpattern_harness_builds(tmp_path):
     """examples/loadpattern/loadpattern.cu (the gate/up's weight loads alone, recorded in

@@ -200,3 +200,29 @@ def test_kernel_variants_match_reference(switches):
                         "--shapes", shapes, "--formats", formats, "--tokens", tokens],
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and "cases pass" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def test_read_floor_checks_its_byte_range_and_runs_as_two_dependent_launches():
+    """The bench's read floors (sglang_smallm::read_floor): a byte range outside an expert or off 16 bytes is
+    refused with the reason; W13 then W2 as two launches, the second a programmatic dependent, captures and
+    replays in a CUDA graph without error."""
+    from sglang_smallm_plugin.timing import capture
+
+    eb, experts = 4096, 8
+    base = torch.randint(0, 255, (experts * eb,), dtype=torch.uint8, device="cuda")
+    ids = torch.tensor([1, 5, 7], dtype=torch.int32, device="cuda")
+    sink = torch.zeros(1, dtype=torch.int32, device="cuda")
+    read = torch.ops.sglang_smallm.read_floor
+    for offset, length in ((8, 1024), (0, 1000), (2048, 4096)):
+        with pytest.raises(RuntimeError, match="offset and length"):
+            read(base, ids, eb, 4, sink, offset, length, False)
+
+    def body():
+        read(base, ids, eb, 4, sink, 0, 2048, False)
+        read(base, ids, eb, 4, sink, 2048, eb - 2048, True)
+
+    g = capture(body)
+    for _ in range(3):
+        g.replay()
+    body()
+    torch.cuda.synchronize()
