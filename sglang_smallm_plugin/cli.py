@@ -82,7 +82,7 @@ def main(argv=None):
     m.add_argument("--format", default=FP8_BLOCK128, choices=(FP8_BLOCK128, MXFP4))
     m.set_defaults(fn=cmd_demo)
 
-    b = sub.add_parser("bench", help="layer benchmark vs the byte roofline (GPU)")
+    b = sub.add_parser("bench", help="layer benchmark vs the byte roofline and the read floors (GPU)")
     b.add_argument("--shapes", default="qwen35-tp4,qwen35-tp8")
     b.add_argument("--formats", default=FP8_BLOCK128)
     b.add_argument("--layouts", default=ROW_MAJOR)
