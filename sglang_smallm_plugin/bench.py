@@ -3,8 +3,9 @@ weight copies so the weights are not L2-resident, against the byte roofline from
 bandwidth and the read floor (a one-launch kernel that only reads the same experts' bytes, any
 weight format), both measured in the same run. Beside the one-launch floor, two two-launch floors:
 each expert's W13 bytes, then in a second launch its W2 bytes, stream-ordered or (CUDA) as a programmatic
-dependent that reads only once the first grid has finished. The MoE's down kernel depends on its gate/up
-kernel that way, so they show what the launch count alone costs, with no arithmetic.
+dependent that reads only once the first grid has finished (the first launch of each call is
+stream-ordered after the call before it, as the one-launch floor's is). The MoE's down kernel depends on
+its gate/up kernel that way, so they show what the launch count alone costs, with no arithmetic.
 
 Byte model per call (explicit, QuACK-style): distinct experts touched x (w13 + w2 + scale bytes)
 + activations in + output out + routing. Roofline = bytes / copy bandwidth, where the copy
