@@ -477,6 +477,24 @@ def test_read_floor_kernel_can_be_a_programmatic_dependent(sm90a_build):
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
+def test_barrier_floor_probe_builds(tmp_path):
+    """examples/floorprobe/barrier_floor.cu (one-launch read floors with a grid-wide barrier, recorded in
+    examples/results "h200-s37" run 3) builds for sm_90a with warnings as errors, both block sizes, no spills;
+    its barrier spins on a volatile generation word and resets its counter by atomics."""
+    root = HIP.parent
+    r = _nvcc_sm90a("-Xptxas", "-v", "-keep", "-keep-dir", tmp_path, "-I", root / "examples",
+                    root / "examples" / "floorprobe" / "barrier_floor.cu", "-o", tmp_path / "bf", timeout=600,
+                    target=("-gencode", "arch=compute_90a,code=sm_90a"))
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert not _ptxas_spills(r.stderr), r.stderr
+    entries = re.split(r"\n\s*(?:\.visible\s+)?\.entry\s+", next(tmp_path.glob("*.ptx")).read_text())[1:]
+    persist = {e.split("(")[0]: e for e in entries if "persist_floor" in e.split("(")[0]}
+    assert len(persist) == 2, [e.split("(")[0] for e in entries]  # 256 and 1024 threads
+    for name, body in persist.items():
+        assert "ld.volatile.global.u32" in body and "atom.global.add.u32" in body and "atom.global.exch" in body, name
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
 def test_loadpattern_harness_builds(tmp_path):
     """examples/loadpattern/loadpattern.cu (the gate/up's weight loads alone, recorded in
     examples/results "h200-ab") builds for sm_90a with warnings as errors and without spills."""

@@ -1,0 +1,180 @@
+// barrier_floor.cu: what a one-launch small-M MoE could reach at few tokens, measured without arithmetic.
+// The package's two kernels (gate/up, then the down as its programmatic dependent) cannot beat the bench's
+// "dependent" floor (W13 read, then W2 read in a second launch that waits for the first): at Qwen3.5 TP8
+// 1 token that floor alone is 1.34x the one-launch floor (examples/results "h200-s37"). A one-launch MoE
+// would have every block hold its share of W2 on chip while the gate/up's h is completed elsewhere, meet
+// the others at a grid-wide barrier, and read every pair's h. This probe times those bytes and waits
+// alone, with the bench's graph discipline (probe_common.cuh: 8 weight copies rotated in one CUDA graph),
+// Qwen3.5 shapes (D 4096, E 513, 10 random + 1 shared expert per token, FP8 bytes with the 128x128 scales):
+//   floor        one launch reading every touched expert's W13 and W2 bytes (best of five chunkings)
+//   persist      n blocks resident on every SM (a grid of n x SMs: one block of 1024 threads, or 2, 4 or the
+//                occupancy limit of 256 threads), each streaming a byte-balanced
+//                share of the W13 bytes, then of the W2 bytes; no barrier
+//   +barrier     the same, then h (T K I fp32, each block writing its share) exchanged through a grid-wide
+//                barrier (one counter and a generation word, reset by the last block: graph replays need no
+//                memset), every block reading all of h after it: W2 on chip across the dependency
+//   W2 after     W13, the barrier and h, then W2: a one-launch design that does not hold W2 on chip
+// Build and run: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I examples
+// examples/floorprobe/barrier_floor.cu -o /tmp/bf && /tmp/bf [tokens, default 1,2,4,8]
+#include "probe_common.cuh"
+
+#include <random>
+#include <set>
+#include <string>
+
+namespace {
+
+constexpr int kD = 4096, kE = 513, kShared = 512, kRouted = 10, kK = 11, kCopies = 8;
+
+// The block's byte-balanced share of the touched experts' `bytes` each (vectors [n b / G, n (b + 1) / G) of
+// their concatenation), four 16-byte loads in flight per thread, folded into acc.
+template <int kThreads>
+__device__ __forceinline__ void stream_share(const uint8_t* w, long bytes, const int* experts, int nu, uint32_t& acc) {
+  const unsigned per = (unsigned)(bytes / 16), n = per * (unsigned)nu;
+  const unsigned lo = (unsigned)((unsigned long long)n * blockIdx.x / gridDim.x);
+  const unsigned hi = (unsigned)((unsigned long long)n * (blockIdx.x + 1) / gridDim.x);
+  auto at = [&](unsigned v) {
+    const unsigned e = v / per;
+    return reinterpret_cast<const uint4*>(w + (long)experts[e] * bytes) + (v - e * per);
+  };
+  unsigned v = lo + threadIdx.x;
+  for (; v + 3 * kThreads < hi; v += 4 * kThreads) {
+    const uint4 r0 = __ldcs(at(v)), r1 = __ldcs(at(v + kThreads)), r2 = __ldcs(at(v + 2 * kThreads)),
+                r3 = __ldcs(at(v + 3 * kThreads));
+    acc ^= r0.x ^ r1.y ^ r2.z ^ r3.w ^ r0.w ^ r1.x ^ r2.y ^ r3.z;
+  }
+  for (; v < hi; v += kThreads) acc ^= __ldcs(at(v)).x;
+}
+
+// mode 0: no barrier; 1: W2 before the barrier and h; 2: W2 after them
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) persist_floor(const uint8_t* w13, long b13, const uint8_t* w2, long b2,
+                                                          const int* experts, int nu, int mode, unsigned* bar,
+                                                          unsigned* gen, float* h, int hfloats, unsigned* sink) {
+  const int G = gridDim.x, t = threadIdx.x;
+  // the generation before this block arrives (it cannot advance until every block has)
+  const unsigned my = t == 0 ? *reinterpret_cast<volatile unsigned*>(gen) : 0u;
+  uint32_t acc = 0;
+  stream_share<kThreads>(w13, b13, experts, nu, acc);
+  if (mode != 2) stream_share<kThreads>(w2, b2, experts, nu, acc);
+  if (mode != 0) {
+    for (int i = blockIdx.x * kThreads + t; i < hfloats; i += G * kThreads) h[i] = (float)(acc & 0xffu);
+    __syncthreads();
+    if (t == 0) {
+      __threadfence();
+      if (atomicAdd(bar, 1u) == (unsigned)G - 1) {
+        atomicExch(bar, 0u);
+        __threadfence();
+        atomicAdd(gen, 1u);
+      } else {
+        while (*reinterpret_cast<volatile unsigned*>(gen) == my) {
+        }
+      }
+      __threadfence();
+    }
+    __syncthreads();
+    const float4* h4 = reinterpret_cast<const float4*>(h);
+    for (int i = t; i < hfloats / 4; i += kThreads) acc ^= __float_as_uint(__ldcg(h4 + i).y);
+    if (mode == 2) stream_share<kThreads>(w2, b2, experts, nu, acc);
+  }
+  if (acc == 0x2545f491u) atomicAdd(sink, 1u);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> tokens = {1, 2, 4, 8};
+  if (argc > 1) {
+    tokens.clear();
+    for (std::string s = argv[1], tok; !s.empty();) {
+      const size_t c = s.find(',');
+      tok = s.substr(0, c);
+      tokens.push_back(atoi(tok.c_str()));
+      s = c == std::string::npos ? "" : s.substr(c + 1);
+    }
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  int max_per_sm = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&max_per_sm, persist_floor<256>, 256, 0));
+  const std::vector<int> per_sms = {1, 2, 4, max_per_sm};  // 1: one block of 1024 threads, else blocks of 256
+  printf("barrier_floor on %s: %d SMs, persistent grids of one 1024-thread block and 2, 4 and %d 256-thread blocks per SM\n",
+         prop.name, prop.multiProcessorCount, max_per_sm);
+  cudaStream_t st;
+  CK(cudaStreamCreate(&st));
+  unsigned *sink, *bar, *gen;
+  CK(cudaMalloc(&sink, 4));
+  CK(cudaMalloc(&bar, 4));
+  CK(cudaMalloc(&gen, 4));
+  CK(cudaMemset(bar, 0, 4));
+  CK(cudaMemset(gen, 0, 4));
+  printf("| I | T | distinct | MB | floor | 1.25x floor | blocks per SM | persist | +barrier | W2 after | +barrier / floor | W2 after / floor |\n");
+  printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int I : {256, 128}) {
+    const long b13 = 2L * I * kD + 4L * (2 * I / 128) * (kD / 128), b2 = (long)kD * I + 4L * (kD / 128) * (I / 128);
+    std::vector<uint8_t*> w13(kCopies), w2(kCopies);
+    for (int c = 0; c < kCopies; ++c) {
+      CK(cudaMalloc(&w13[c], kE * b13));
+      CK(cudaMalloc(&w2[c], kE * b2));
+      CK(cudaMemset(w13[c], 0x5a + c, kE * b13));
+      CK(cudaMemset(w2[c], 0xa5 - c, kE * b2));
+    }
+    for (int T : tokens) {
+      std::mt19937 rng(1000 * I + T);
+      std::vector<int*> ids(kCopies);
+      std::vector<int> nus(kCopies);
+      double nd = 0;
+      for (int c = 0; c < kCopies; ++c) {
+        std::set<int> s = {kShared};
+        for (int t = 0; t < T; ++t) {
+          std::vector<int> pool(kShared);
+          for (int e = 0; e < kShared; ++e) pool[e] = e;
+          std::shuffle(pool.begin(), pool.end(), rng);
+          s.insert(pool.begin(), pool.begin() + kRouted);
+        }
+        std::vector<int> v(s.begin(), s.end());
+        nus[c] = (int)v.size();
+        nd += v.size() / (double)kCopies;
+        CK(cudaMalloc(&ids[c], v.size() * 4));
+        CK(cudaMemcpy(ids[c], v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+      }
+      const int hfloats = T * kK * I;
+      float* h;
+      CK(cudaMalloc(&h, (size_t)hfloats * 4));
+      float floor = 1e30f;
+      for (int chunks : {8, 16, 32, 64, 128}) {
+        floor = std::min(floor, graph_us_per_call(st, kCopies, [&] {
+          for (int c = 0; c < kCopies; ++c)
+            read_floor<<<nus[c] * chunks * 2, 256, 0, st>>>(w13[c], b13, w2[c], b2, ids[c], nus[c], chunks, sink);
+        }));
+      }
+      for (int per_sm : per_sms) {
+        const int G = prop.multiProcessorCount * per_sm;
+        float us[3];
+        for (int mode = 0; mode < 3; ++mode) {
+          us[mode] = graph_us_per_call(st, kCopies, [&] {
+            for (int c = 0; c < kCopies; ++c) {
+              if (per_sm == 1)
+                persist_floor<1024><<<G, 1024, 0, st>>>(w13[c], b13, w2[c], b2, ids[c], nus[c], mode, bar, gen, h,
+                                                         hfloats, sink);
+              else
+                persist_floor<256><<<G, 256, 0, st>>>(w13[c], b13, w2[c], b2, ids[c], nus[c], mode, bar, gen, h,
+                                                       hfloats, sink);
+            }
+          });
+        }
+        CK(cudaStreamSynchronize(st));
+        printf("| %d | %d | %.1f | %.1f | %.1f | %.1f | %d | %.1f | %.1f | %.1f | %.2fx | %.2fx |\n", I, T, nd,
+               nd * (b13 + b2) / 1e6, floor, 1.25f * floor, per_sm, us[0], us[1], us[2], us[1] / floor, us[2] / floor);
+        fflush(stdout);
+      }
+      for (int c = 0; c < kCopies; ++c) CK(cudaFree(ids[c]));
+      CK(cudaFree(h));
+    }
+    for (int c = 0; c < kCopies; ++c) {
+      CK(cudaFree(w13[c]));
+      CK(cudaFree(w2[c]));
+    }
+  }
+  return 0;
+}
