@@ -479,8 +479,9 @@ def test_read_floor_kernel_can_be_a_programmatic_dependent(sm90a_build):
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
 def test_barrier_floor_probe_builds(tmp_path):
     """examples/floorprobe/barrier_floor.cu (one-launch read floors with a grid-wide barrier, recorded in
-    examples/results "h200-s37" run 3) builds for sm_90a with warnings as errors, both block sizes, no spills;
-    its barrier spins on a volatile generation word and resets its counter by atomics."""
+    examples/results "h200-s37" runs 3 and 5) builds for sm_90a with warnings as errors, both block sizes, no
+    spills; its barrier spins on a volatile generation word and resets its counter by atomics; its PDL floor
+    kernel waits for the grid before it before its first weight load."""
     root = HIP.parent
     r = _nvcc_sm90a("-Xptxas", "-v", "-keep", "-keep-dir", tmp_path, "-I", root / "examples",
                     root / "examples" / "floorprobe" / "barrier_floor.cu", "-o", tmp_path / "bf", timeout=600,
@@ -492,6 +493,9 @@ def test_barrier_floor_probe_builds(tmp_path):
     assert len(persist) == 2, [e.split("(")[0] for e in entries]  # 256 and 1024 threads
     for name, body in persist.items():
         assert "ld.volatile.global.u32" in body and "atom.global.add.u32" in body and "atom.global.exch" in body, name
+    (dep,) = [e for e in entries if "dep_floor" in e.split("(")[0]]  # the floor's PDL launch forms
+    loads = [m.start() for m in re.finditer(r"ld\.global[.\w]*\.v4\.", dep)]
+    assert loads and 0 <= dep.find("griddepcontrol.launch_dependents") < dep.find("griddepcontrol.wait") < min(loads)
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")

@@ -14,6 +14,12 @@
 //                barrier (one counter and a generation word, reset by the last block: graph replays need no
 //                memset), every block reading all of h after it: W2 on chip across the dependency
 //   W2 after     W13, the barrier and h, then W2: a one-launch design that does not hold W2 on chip
+// and, first, the launch forms of the floor with programmatic dependent launch (PDL) wherever the package's
+// kernels have it: the one-launch floor as a programmatic dependent of the call before it; W13, then W2
+// in a second launch that waits for the first (the bench's "dependent" floor: the first launch
+// stream-ordered); the same with the first launch also a programmatic dependent of the call before (as
+// the package's gate/up is, waiting at its entry): the dependent floor with every launch advantage the
+// package's two kernels have.
 // Build and run: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I examples
 // examples/floorprobe/barrier_floor.cu -o /tmp/bf && /tmp/bf [tokens, default 1,2,4,8]
 #include "probe_common.cuh"
@@ -44,6 +50,42 @@ __device__ __forceinline__ void stream_share(const uint8_t* w, long bytes, const
     acc ^= r0.x ^ r1.y ^ r2.z ^ r3.w ^ r0.w ^ r1.x ^ r2.y ^ r3.z;
   }
   for (; v < hi; v += kThreads) acc ^= __ldcs(at(v)).x;
+}
+
+// The floor kernel of the PDL forms: grid (chunks, nu) per matrix read (which: 0 W13 and W2, 1 W13, 2 W2);
+// lets the next launch start at its entry, waits for the grid before it (a no-op unless launched as a
+// programmatic dependent) before its first weight load.
+__global__ void __launch_bounds__(256) dep_floor(const uint8_t* w13, long b13, const uint8_t* w2, long b2,
+                                                 const int* experts, int nu, int chunks, int which, unsigned* sink) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const int per_m = nu * chunks, m = which == 0 ? (int)blockIdx.x / per_m : which - 1, b = (int)blockIdx.x % per_m;
+  const int c = b % chunks;
+  const long eb = m ? b2 : b13;
+  const uint4* base = reinterpret_cast<const uint4*>((m ? w2 : w13) + (long)experts[b / chunks] * eb);
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const long n = eb / 16, per = (n + chunks - 1) / chunks, end = min((long)(c + 1) * per, n);
+  uint32_t acc = 0;
+  long v = (long)c * per + threadIdx.x;
+  for (; v + 3 * 256 < end; v += 4 * 256) {
+    const uint4 r0 = __ldcs(base + v), r1 = __ldcs(base + v + 256), r2 = __ldcs(base + v + 512), r3 = __ldcs(base + v + 768);
+    acc ^= r0.x ^ r1.y ^ r2.z ^ r3.w ^ r0.w ^ r1.x ^ r2.y ^ r3.z;
+  }
+  for (; v < end; v += 256) acc ^= __ldcs(base + v).x;
+  if (acc == 0x2545f491u) atomicAdd(sink, 1u);
+}
+
+void launch_dep_floor(cudaStream_t st, bool pdl, int grid, const uint8_t* w13, long b13, const uint8_t* w2, long b2,
+                      const int* experts, int nu, int chunks, int which, unsigned* sink) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(256);
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  CK(cudaLaunchKernelEx(&cfg, dep_floor, w13, b13, w2, b2, experts, nu, chunks, which, sink));
 }
 
 // mode 0: no barrier; 1: W2 before the barrier and h; 2: W2 after them
@@ -108,6 +150,8 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&gen, 4));
   CK(cudaMemset(bar, 0, 4));
   CK(cudaMemset(gen, 0, 4));
+  std::string launch_forms = "| I | T | floor | floor, PDL | W13 then W2, the second PDL | both PDL | both PDL / floor |\n"
+                             "|---|---|---|---|---|---|---|\n";
   printf("| I | T | distinct | MB | floor | 1.25x floor | blocks per SM | persist | +barrier | W2 after | +barrier / floor | W2 after / floor |\n");
   printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int I : {256, 128}) {
@@ -141,13 +185,31 @@ int main(int argc, char** argv) {
       const int hfloats = T * kK * I;
       float* h;
       CK(cudaMalloc(&h, (size_t)hfloats * 4));
-      float floor = 1e30f;
+      float floor = 1e30f, form[3] = {1e30f, 1e30f, 1e30f};
       for (int chunks : {8, 16, 32, 64, 128}) {
         floor = std::min(floor, graph_us_per_call(st, kCopies, [&] {
           for (int c = 0; c < kCopies; ++c)
             read_floor<<<nus[c] * chunks * 2, 256, 0, st>>>(w13[c], b13, w2[c], b2, ids[c], nus[c], chunks, sink);
         }));
+        // 0: one launch, PDL; 1: W13 stream-ordered, W2 PDL; 2: both PDL
+        for (int f = 0; f < 3; ++f) {
+          form[f] = std::min(form[f], graph_us_per_call(st, kCopies, [&] {
+            for (int c = 0; c < kCopies; ++c) {
+              const int g = nus[c] * chunks;
+              if (f == 0) {
+                launch_dep_floor(st, true, 2 * g, w13[c], b13, w2[c], b2, ids[c], nus[c], chunks, 0, sink);
+              } else {
+                launch_dep_floor(st, f == 2, g, w13[c], b13, w2[c], b2, ids[c], nus[c], chunks, 1, sink);
+                launch_dep_floor(st, true, g, w13[c], b13, w2[c], b2, ids[c], nus[c], chunks, 2, sink);
+              }
+            }
+          }));
+        }
       }
+      char line[256];
+      snprintf(line, sizeof line, "| %d | %d | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", I, T, floor, form[0], form[1],
+               form[2], form[2] / floor);
+      launch_forms += line;
       for (int per_sm : per_sms) {
         const int G = prop.multiProcessorCount * per_sm;
         float us[3];
@@ -176,5 +238,7 @@ int main(int argc, char** argv) {
       CK(cudaFree(w2[c]));
     }
   }
+  printf("\nThe floor's launch forms (µs; PDL: a programmatic dependent launch, waiting for the grid before it):\n%s",
+         launch_forms.c_str());
   return 0;
 }
