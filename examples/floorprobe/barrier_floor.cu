@@ -1,7 +1,8 @@
 // barrier_floor.cu: what a one-launch small-M MoE could reach at few tokens, measured without arithmetic.
 // The package's two kernels (gate/up, then the down as its programmatic dependent) cannot beat the bench's
-// "dependent" floor (W13 read, then W2 read in a second launch that waits for the first): at Qwen3.5 TP8
-// 1 token that floor alone is 1.34x the one-launch floor (examples/results "h200-s37"). A one-launch MoE
+// "dependent" floor (W13 read, then W2 read in a second launch that waits for the first) but for what their
+// first launch gains as a programmatic dependent (measured here too): at Qwen3.5 TP8 1 token that floor
+// alone is 1.34x the one-launch floor (examples/results "h200-s37"). A one-launch MoE
 // would have every block hold its share of W2 on chip while the gate/up's h is completed elsewhere, meet
 // the others at a grid-wide barrier, and read every pair's h. This probe times those bytes and waits
 // alone, with the bench's graph discipline (probe_common.cuh: 8 weight copies rotated in one CUDA graph),
@@ -14,14 +15,15 @@
 //                barrier (one counter and a generation word, reset by the last block: graph replays need no
 //                memset), every block reading all of h after it: W2 on chip across the dependency
 //   W2 after     W13, the barrier and h, then W2: a one-launch design that does not hold W2 on chip
-// and, first, the launch forms of the floor with programmatic dependent launch (PDL) wherever the package's
-// kernels have it: the one-launch floor as a programmatic dependent of the call before it; W13, then W2
+// and (printed last) the launch forms of the floor with programmatic dependent launch (PDL) wherever the
+// package's kernels have it: the one-launch floor as a programmatic dependent of the call before it; W13, then W2
 // in a second launch that waits for the first (the bench's "dependent" floor: the first launch
 // stream-ordered); the same with the first launch also a programmatic dependent of the call before (as
 // the package's gate/up is, waiting at its entry): the dependent floor with every launch advantage the
 // package's two kernels have.
 // Build and run: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I examples
-// examples/floorprobe/barrier_floor.cu -o /tmp/bf && /tmp/bf [tokens, default 1,2,4,8]
+// examples/floorprobe/barrier_floor.cu -o /tmp/bf && /tmp/bf [tokens, default 1,2,4,8] (h200-s37 runs 3 and 5:
+// 1,2,4,8,16)
 #include "probe_common.cuh"
 
 #include <random>
