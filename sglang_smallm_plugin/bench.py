@@ -179,7 +179,9 @@ def run(shapes=("qwen35-tp4", "qwen35-tp8"), formats=(FP8_BLOCK128,), layouts=(R
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     write_csv(rows, os.path.join(out_dir, "bench.csv"))
     plot(rows, os.path.join(out_dir, "bench.png"))
-    echo("\n(two-launch floors: W13, then W2 in a second launch, stream-ordered / as a programmatic dependent)")
+    dependent = ("as a programmatic dependent" if torch.version.hip is None
+                 else "again stream-ordered (ROCm: no programmatic dependent launch)")
+    echo(f"\n(two-launch floors: W13, then W2 in a second launch, stream-ordered / {dependent})")
     echo("| shape | format | layout | T | distinct | MB | kernel µs | read floor µs | kernel / floor | roofline µs | "
          "of roofline | two-launch floors µs | kernel / dependent floor |")
     echo("|---|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -213,7 +213,7 @@ def test_read_floor_checks_its_byte_range_and_runs_as_two_dependent_launches():
     ids = torch.tensor([1, 5, 7], dtype=torch.int32, device="cuda")
     sink = torch.zeros(1, dtype=torch.int32, device="cuda")
     read = torch.ops.sglang_smallm.read_floor
-    for offset, length in ((8, 1024), (0, 1000), (2048, 4096)):
+    for offset, length in ((8, 1024), (0, 1000), (2048, 4096), (2 * eb, -1), (0, -32)):
         with pytest.raises(RuntimeError, match="offset and length"):
             read(base, ids, eb, 4, sink, offset, length, False)
 
