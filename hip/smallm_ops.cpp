@@ -164,7 +164,7 @@ void read_floor(const at::Tensor& base, const at::Tensor& ids, int64_t expert_by
   TORCH_CHECK(base.element_size() == 1 && base.is_contiguous() && expert_bytes % 16 == 0 &&
                   reinterpret_cast<uintptr_t>(base.data_ptr()) % 16 == 0,
               "sglang_smallm::read_floor: base must be contiguous aligned bytes, expert_bytes % 16 == 0");
-  if (length < 0) length = expert_bytes - offset;
+  if (length == -1) length = expert_bytes - offset;  // -1 (the default): to the expert's end
   TORCH_CHECK(offset >= 0 && length >= 0 && offset % 16 == 0 && length % 16 == 0 && offset + length <= expert_bytes,
               "sglang_smallm::read_floor: offset and length must be multiples of 16 within expert_bytes");
   TORCH_CHECK(ids.scalar_type() == at::kInt && ids.dim() == 1 && ids.is_contiguous(), "read_floor: ids int32 [n]");
