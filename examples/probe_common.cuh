@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #define CK(x)                                                                    \
@@ -18,6 +19,14 @@
       exit(1);                                                                   \
     }                                                                            \
   } while (0)
+
+// The token counts a probe runs: argv[1] as a comma-separated list where given, else `fallback`.
+inline std::vector<int> token_counts(int argc, char** argv, std::vector<int> fallback) {
+  if (argc <= 1) return fallback;
+  std::vector<int> toks;
+  for (char* s = strtok(argv[1], ","); s; s = strtok(nullptr, ",")) toks.push_back(atoi(s));
+  return toks;
+}
 
 // One CUDA graph of a body that makes `calls` calls (the weight copies in turn, so that no copy's
 // weights stay in L2), 3 warm-up replays, then the median of 5 rounds of 20 replays: us per call.

@@ -119,16 +119,7 @@ __global__ void __launch_bounds__(kThreads) persist_floor(const uint8_t* w13, lo
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<int> tokens = {1, 2, 4, 8};
-  if (argc > 1) {
-    tokens.clear();
-    for (std::string s = argv[1], tok; !s.empty();) {
-      const size_t c = s.find(',');
-      tok = s.substr(0, c);
-      tokens.push_back(atoi(tok.c_str()));
-      s = c == std::string::npos ? "" : s.substr(c + 1);
-    }
-  }
+  const std::vector<int> tokens = token_counts(argc, argv, {1, 2, 4, 8});
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   int max_per_sm = 0;

@@ -894,11 +894,7 @@ struct Copy {
 };
 
 int main(int argc, char** argv) {
-  std::vector<int> toks = {1, 2, 3, 4};
-  if (argc > 1) {
-    toks.clear();
-    for (char* s = strtok(argv[1], ","); s; s = strtok(nullptr, ",")) toks.push_back(atoi(s));
-  }
+  const std::vector<int> toks = token_counts(argc, argv, {1, 2, 3, 4});
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const int SM = prop.multiProcessorCount;

@@ -819,11 +819,7 @@ struct Copy {
 };
 
 int main(int argc, char** argv) {
-  std::vector<int> toks = {1, 4, 8, 12, 16, 20};
-  if (argc > 1) {
-    toks.clear();
-    for (char* s = strtok(argv[1], ","); s; s = strtok(nullptr, ",")) toks.push_back(atoi(s));
-  }
+  const std::vector<int> toks = token_counts(argc, argv, {1, 4, 8, 12, 16, 20});
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const int SM = prop.multiProcessorCount, E = 513, K = 11, D = 4096, copies = 8;
