@@ -14,18 +14,24 @@ class MoeShape:
     note: str = ""
 
     def expert_bytes(self, weight_format: str) -> int:
-        """Weight + scale bytes of one expert."""
-        D, I = self.hidden, self.inter
-        if weight_format == "mxfp4":
-            return 3 * D * I // 2 + 3 * D * I // 32
-        return 3 * D * I + 4 * (3 * D * I // (128 * 128))
+        """Weight + scale bytes of one expert: its W13's, then its W2's."""
+        return self.w13_bytes(weight_format) + self.w2_bytes(weight_format)
 
     def w13_bytes(self, weight_format: str) -> int:
-        """Gate/up (W13) weight + scale bytes of one expert; the rest of expert_bytes is W2's."""
+        """Gate/up (W13, 2I x D) weight + scale bytes of one expert."""
+        return 2 * self._matrix_bytes(weight_format)
+
+    def w2_bytes(self, weight_format: str) -> int:
+        """Down (W2, D x I) weight + scale bytes of one expert."""
+        return self._matrix_bytes(weight_format)
+
+    def _matrix_bytes(self, weight_format: str) -> int:
+        """One D x I matrix: MXFP4 e2m1 two a byte and an e8m0 per 32 values; FP8 e4m3 and an fp32 per
+        128 x 128 block (D and I are multiples of 128)."""
         D, I = self.hidden, self.inter
         if weight_format == "mxfp4":
-            return D * I + 2 * D * I // 32
-        return 2 * D * I + 4 * (2 * D * I // (128 * 128))
+            return D * I // 2 + D * I // 32
+        return D * I + 4 * (D * I // (128 * 128))
 
     def distinct_experts(self, tokens: int) -> float:
         """Expected distinct experts touched by `tokens` tokens with uniform random routing."""
