@@ -2,6 +2,7 @@
 // One source: hipcc (gfx950), nvcc (sm_90a, through a generated .cu that includes this file),
 // and clang -nogpuinc --offload-device-only (the gfx950/gfx942 ISA check, SMALLM_DEVICE_ONLY).
 #include "smallm_gateup_tma.h"
+#include "smallm_launch.h"
 #include "smallm_moe_twopass.h"
 
 namespace smallm {
@@ -68,12 +69,8 @@ template __global__ void smallm_moe_kernel<kMxfp4, kShuffle16x16, 1>(MoeArgs);
 #include <string.h>
 
 #if defined(SMALLM_HIP)
-#define GPU(name) hip##name
-typedef hipStream_t gpuStream_t;
 #define GPU_DEV_ATTR_SMS hipDeviceAttributeMultiprocessorCount
 #else
-#define GPU(name) cuda##name
-typedef cudaStream_t gpuStream_t;
 #define GPU_DEV_ATTR_SMS cudaDevAttrMultiProcessorCount
 #endif
 
@@ -165,23 +162,9 @@ int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
 template <class Kernel>
 int launch_maybe_dependent(Kernel kernel, const smallm::MoeArgs& a, int smem, gpuStream_t stream, int threads,
                            bool pdl) {
-#if defined(SMALLM_HIP)
-  (void)pdl;
-  kernel<<<a.nblocks, threads, smem, stream>>>(a);
-  return (int)GPU(GetLastError)();
-#else
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(a.nblocks);
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  return (int)cudaLaunchKernelEx(&cfg, kernel, a);
-#endif
+  using smallm::LaunchOrder;
+  return smallm::launch_kernel(kernel, a.nblocks, threads, smem, stream,
+                               pdl ? LaunchOrder::kDependent : LaunchOrder::kStream, a);
 }
 template <class Kernel>
 int launch_dependent(Kernel kernel, const smallm::MoeArgs& a, int smem, gpuStream_t stream,
@@ -525,17 +508,7 @@ int launch_moe_tma(const smallm::MoeArgs& a, gpuStream_t stream) {
   const Kernel kernel = kernels[nt2 - 1];
   if (const int err = allow_dynamic_smem(kernel, raised[nt2], smem)) return err;
   // cooperative: every block resident at once (the kernel's blocks wait on each other's counters)
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kTmaThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return (int)cudaLaunchKernelEx(&cfg, kernel, m13, m2, a);
+  return launch_kernel(kernel, grid, kTmaThreads, smem, stream, LaunchOrder::kCooperative, m13, m2, a);
 }
 #endif
 

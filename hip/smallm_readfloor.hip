@@ -4,7 +4,7 @@
 // expert's whole bytes; the two-launch floors read its W13 bytes, then in a second launch its W2 bytes,
 // the second either stream-ordered or a programmatic dependent of the first that reads nothing until the
 // first grid has finished (the dependency the MoE's down kernel has on its gate/up kernel).
-#include "smallm_compat.h"
+#include "smallm_launch.h"
 
 namespace smallm {
 
@@ -39,34 +39,14 @@ __global__ void __launch_bounds__(256) smallm_read_floor_kernel(const uint8_t* b
 }  // namespace smallm
 
 #if !defined(SMALLM_DEVICE_ONLY)
-#if defined(SMALLM_HIP)
-typedef hipStream_t floorStream_t;
-#else
-typedef cudaStream_t floorStream_t;
-#endif
-
 // dependent: on CUDA a programmatic dependent launch (the kernel then waits for the grid before it); on
 // HIP stream-ordered, as every launch there.
 int smallm_read_floor_launch(const uint8_t* base, const int32_t* ids, int n_ids, long expert_bytes, long offset,
                              long length, int chunks, bool dependent, unsigned* sink, void* stream) {
+  using namespace smallm;
   if (n_ids <= 0 || chunks <= 0 || length <= 0) return 0;
-#if defined(SMALLM_HIP)
-  (void)dependent;
-  smallm::smallm_read_floor_kernel<<<n_ids * chunks, 256, 0, reinterpret_cast<floorStream_t>(stream)>>>(
-      base, ids, expert_bytes, offset, length, chunks, sink);
-  return (int)hipGetLastError();
-#else
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(n_ids * chunks);
-  cfg.blockDim = dim3(256);
-  cfg.stream = reinterpret_cast<floorStream_t>(stream);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = dependent ? 1 : 0;
-  return (int)cudaLaunchKernelEx(&cfg, smallm::smallm_read_floor_kernel, base, ids, expert_bytes, offset, length,
-                                 chunks, sink);
-#endif
+  return launch_kernel(smallm_read_floor_kernel, n_ids * chunks, 256, 0, reinterpret_cast<gpuStream_t>(stream),
+                       dependent ? LaunchOrder::kDependent : LaunchOrder::kStream, base, ids, expert_bytes, offset,
+                       length, chunks, sink);
 }
 #endif

@@ -1,6 +1,7 @@
 // smallm_sort.hip: instantiations of the small MoE sort and its host launcher.
 // Compiled like smallm_moe.hip: hipcc (gfx950), nvcc (sm_90a, through a generated .cu), and
 // clang -nogpuinc --offload-device-only for the ISA checks (SMALLM_DEVICE_ONLY).
+#include "smallm_launch.h"
 #include "smallm_sort.h"
 
 #if !defined(SMALLM_DEVICE_ONLY)
@@ -16,38 +17,17 @@ template __global__ void smallm_sort_kernel<kSortTriton, kSortDistributed>(SortA
 
 #if !defined(SMALLM_DEVICE_ONLY)
 
-#if defined(SMALLM_HIP)
-#define SORT_GPU(name) hip##name
-typedef hipStream_t sortStream_t;
-#else
-#define SORT_GPU(name) cuda##name
-typedef cudaStream_t sortStream_t;
-#endif
-
 namespace {
 
 int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 
+// A programmatic dependent launch on CUDA: the launch overlaps the previous kernel's tail; the kernel waits
+// for it (griddepcontrol.wait) before touching memory.
 template <int Fmt, int Path>
-int launch_sort(const smallm::SortArgs& a, sortStream_t stream) {
-  const int grid = a.sort_blocks + a.quant_blocks + a.zero_blocks;
-#if defined(SMALLM_HIP)
-  smallm::smallm_sort_kernel<Fmt, Path><<<grid, smallm::kSortThreads, 0, stream>>>(a);
-  return (int)SORT_GPU(GetLastError)();
-#else
-  // Programmatic dependent launch: the launch overlaps the previous kernel's tail; the kernel
-  // waits for it (griddepcontrol.wait) before touching memory.
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(smallm::kSortThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return (int)cudaLaunchKernelEx(&cfg, smallm::smallm_sort_kernel<Fmt, Path>, a);
-#endif
+int launch_sort(const smallm::SortArgs& a, gpuStream_t stream) {
+  using namespace smallm;
+  return launch_kernel(smallm_sort_kernel<Fmt, Path>, a.sort_blocks + a.quant_blocks + a.zero_blocks, kSortThreads,
+                       0, stream, LaunchOrder::kDependent, a);
 }
 
 }  // namespace
@@ -71,7 +51,7 @@ int smallm_sort_launch(smallm::SortArgs& a, int fmt, int path, void* stream) {
   a.zero_blocks = a.zero == nullptr || a.zero_vecs == 0
                       ? 0
                       : (int)std::min<long>(kMaxZeroBlocks, std::max(1, ceil_div(a.zero_vecs, 4L * kSortThreads)));
-  sortStream_t s = reinterpret_cast<sortStream_t>(stream);
+  gpuStream_t s = reinterpret_cast<gpuStream_t>(stream);
   if (fmt == kSortAiter && path == kSortCompact) return launch_sort<kSortAiter, kSortCompact>(a, s);
   if (fmt == kSortAiter && path == kSortDistributed) return launch_sort<kSortAiter, kSortDistributed>(a, s);
   if (fmt == kSortTriton && path == kSortCompact) return launch_sort<kSortTriton, kSortCompact>(a, s);

@@ -236,7 +236,9 @@ def test_tma_moe_kernels_stream_both_projections(sm90a_ptx):
         assert re.search(r"atom\.global\.(add|inc)\.u32", body) and "atom.global.exch.b32" in body, name
         assert "mma.sync" not in body and "griddepcontrol" not in body, name
     text = (HIP / "smallm_moe.hip").read_text()
-    assert "attr[0].id = cudaLaunchAttributeCooperative;" in text
+    assert "launch_kernel(kernel, grid, kTmaThreads, smem, stream, LaunchOrder::kCooperative, m13, m2, a)" in text
+    launch = (HIP / "smallm_launch.h").read_text()  # kCooperative -> the cooperative attribute
+    assert re.search(r"\} else \{\s*attr\[0\]\.id = cudaLaunchAttributeCooperative;", launch)
 
 
 @pytest.mark.parametrize("kernel,f16_scales,lane_scales", [

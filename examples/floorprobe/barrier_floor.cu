@@ -68,18 +68,59 @@ __global__ void __launch_bounds__(256) dep_floor(const uint8_t* w13, long b13, c
   if (read_chunk(base, eb / 16, chunks, c) == 0x2545f491u) atomicAdd(sink, 1u);
 }
 
-void launch_dep_floor(cudaStream_t st, bool pdl, int grid, const uint8_t* w13, long b13, const uint8_t* w2, long b2,
-                      const int* experts, int nu, int chunks, int which, unsigned* sink) {
+// kernel(args...) on `grid` blocks of `threads`, a programmatic dependent of the launch before where `pdl`.
+template <class... Params, class... Args>
+void launch_ex(cudaStream_t st, bool pdl, int grid, int threads, void (*kernel)(Params...), Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(256);
+  cfg.blockDim = dim3(threads);
   cfg.stream = st;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  CK(cudaLaunchKernelEx(&cfg, dep_floor, w13, b13, w2, b2, experts, nu, chunks, which, sink));
+  CK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+void launch_dep_floor(cudaStream_t st, bool pdl, int grid, const uint8_t* w13, long b13, const uint8_t* w2, long b2,
+                      const int* experts, int nu, int chunks, int which, unsigned* sink) {
+  launch_ex(st, pdl, grid, 256, dep_floor, w13, b13, w2, b2, experts, nu, chunks, which, sink);
+}
+
+// The co-resident form: two launches of one block per SM each, each block at most half the SM's registers,
+// so that the second launch's blocks run beside the first's from the start.
+//   co_w13  (stream-ordered after the call before: a programmatic dependent there would let the next call's
+//           W2 reads start in this call's tail) lets the next launch start at once, streams its byte-balanced share of W13, writes its share of
+//           h, and counts its block done (`done`, never reset);
+//   co_w2   (its programmatic dependent) streams its share of W2 at once, held on chip (folded into
+//           registers, as in persist_floor), then waits for the W13 grid (griddepcontrol.wait) and reads
+//           all of h. `early` counts its blocks that found fewer W13 blocks done at their entry than after
+//           the wait: blocks that did run beside the W13 launch.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads, 2) co_w13(const uint8_t* w13, long b13, const int* experts, int nu,
+                                                      float* h, int hfloats, unsigned* done, unsigned* sink) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  uint32_t acc = 0;
+  stream_share<kThreads>(w13, b13, experts, nu, acc);
+  for (int i = blockIdx.x * kThreads + threadIdx.x; i < hfloats; i += gridDim.x * kThreads) h[i] = (float)(acc & 0xffu);
+  __syncthreads();
+  if (threadIdx.x == 0) atomicAdd(done, 1u);
+  if (acc == 0x2545f491u) atomicAdd(sink, 1u);
+}
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads, 2) co_w2(const uint8_t* w2, long b2, const int* experts, int nu,
+                                                     const float* h, int hfloats, unsigned* done, unsigned* early,
+                                                     unsigned* sink) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const unsigned at_entry = threadIdx.x == 0 ? *reinterpret_cast<volatile unsigned*>(done) : 0u;
+  uint32_t acc = 0;
+  stream_share<kThreads>(w2, b2, experts, nu, acc);
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (threadIdx.x == 0 && *reinterpret_cast<volatile unsigned*>(done) != at_entry) atomicAdd(early, 1u);
+  const float4* h4 = reinterpret_cast<const float4*>(h);
+  for (int i = threadIdx.x; i < hfloats / 4; i += kThreads) acc ^= __float_as_uint(__ldcg(h4 + i).y);
+  if (acc == 0x2545f491u) atomicAdd(sink, 1u);
 }
 
 // mode 0: no barrier; 1: W2 before the barrier and h; 2: W2 after them
@@ -135,6 +176,12 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&gen, 4));
   CK(cudaMemset(bar, 0, 4));
   CK(cudaMemset(gen, 0, 4));
+  unsigned *done, *early;
+  CK(cudaMalloc(&done, 4));
+  CK(cudaMalloc(&early, 4));
+  CK(cudaMemset(done, 0, 4));
+  std::string coresident = "| I | T | floor | W13 then W2, the second PDL | co-resident 256 | / floor | co-resident 512 | / floor | W2 blocks early (256 / 512) |\n"
+                           "|---|---|---|---|---|---|---|---|---|\n";
   std::string launch_forms = "| I | T | floor | floor, PDL | W13 then W2, the second PDL | both PDL | both PDL / floor |\n"
                              "|---|---|---|---|---|---|---|\n";
   printf("| I | T | distinct | MB | floor | 1.25x floor | blocks per SM | persist | +barrier | W2 after | +barrier / floor | W2 after / floor |\n");
@@ -195,6 +242,30 @@ int main(int argc, char** argv) {
       snprintf(line, sizeof line, "| %d | %d | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", I, T, floor, form[0], form[1],
                form[2], form[2] / floor);
       launch_forms += line;
+      // the co-resident form at 256 and 512 threads per block (3 + 5 x 20 graph replays of kCopies calls)
+      float co[2];
+      double early_frac[2];
+      for (int k = 0; k < 2; ++k) {
+        const int G = prop.multiProcessorCount;
+        CK(cudaMemset(early, 0, 4));
+        co[k] = graph_us_per_call(st, kCopies, [&] {
+          for (int c = 0; c < kCopies; ++c) {
+            if (k == 0) {
+              launch_ex(st, false, G, 256, co_w13<256>, w13[c], b13, ids[c], nus[c], h, hfloats, done, sink);
+              launch_ex(st, true, G, 256, co_w2<256>, w2[c], b2, ids[c], nus[c], (const float*)h, hfloats, done, early, sink);
+            } else {
+              launch_ex(st, false, G, 512, co_w13<512>, w13[c], b13, ids[c], nus[c], h, hfloats, done, sink);
+              launch_ex(st, true, G, 512, co_w2<512>, w2[c], b2, ids[c], nus[c], (const float*)h, hfloats, done, early, sink);
+            }
+          }
+        });
+        unsigned e = 0;
+        CK(cudaMemcpy(&e, early, 4, cudaMemcpyDeviceToHost));
+        early_frac[k] = e / (103.0 * kCopies * G);
+      }
+      snprintf(line, sizeof line, "| %d | %d | %.1f | %.1f | %.1f | %.2fx | %.1f | %.2fx | %.0f%% / %.0f%% |\n", I, T,
+               floor, form[1], co[0], co[0] / floor, co[1], co[1] / floor, 100 * early_frac[0], 100 * early_frac[1]);
+      coresident += line;
       for (int per_sm : per_sms) {
         const int G = prop.multiProcessorCount * per_sm;
         float us[3];
@@ -225,5 +296,7 @@ int main(int argc, char** argv) {
   }
   printf("\nThe floor's launch forms (µs; PDL: a programmatic dependent launch, waiting for the grid before it):\n%s",
          launch_forms.c_str());
+  printf("\nThe co-resident form (µs; one block per SM in each launch, W2 read before the wait; early: the share of W2\n"
+         "blocks that started before the W13 launch had finished):\n%s", coresident.c_str());
   return 0;
 }
