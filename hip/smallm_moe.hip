@@ -199,6 +199,20 @@ int launch_down(const smallm::MoeArgs& a0, gpuStream_t stream) {
 }
 
 #if !defined(SMALLM_HIP)
+// SMALLM_GATEUP_PER_SM / SMALLM_DOWN_PER_SM = n (A/B runs, CUDA tensor-core kernels): at most n blocks a SM
+// in that kernel's grid, so that one-team blocks of the gate/up and of its programmatic dependent down
+// can be resident side by side and the down's W2 loads before its grid wait overlap the gate/up
+// (examples/floorprobe/barrier_floor.cu, the co-resident form). Unset or 0: as many as are resident.
+int per_sm_switch(const char* name) {
+  const char* v = getenv(name);
+  return v ? atoi(v) : 0;
+}
+int cap_per_sm(int capacity, int per_sm) {
+  int dev = 0, sms = 0;
+  if (per_sm <= 0 || current_device_sms(dev, sms) != 0) return capacity;
+  return capacity < per_sm * sms ? capacity : per_sm * sms;
+}
+
 constexpr int kBlockReservedSmemBytes = 1024;  // per resident block, beside its own (sm_80+)
 // The tensor-core down's dynamic shared memory at the smallest grid its launcher may pick: one block
 // per SM (the most row-blocks, so the most y, per block), with h's lo half in lo_bytes.
@@ -245,8 +259,10 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   if (a0.T * a0.K > kMmaMaxPairs) return 7;
   static Capacity table[kMaxDevices], table_smem[kMaxDevices];
   static int raised[kMaxDevices] = {0};
+  static const int per_sm = per_sm_switch("SMALLM_DOWN_PER_SM");
   int capacity = 0;
   if (const int err = resident_capacity(kernel, table, capacity, 0, kThreads * kTeams)) return err;
+  capacity = cap_per_sm(capacity, per_sm);
   MoeArgs a = a0;
   const int N = a.T * a.K, nrb = a.D / kDownMmaRows;
   // Staged h can be large (down_mma_lo_bytes: up to kDownMmaSmemBytes in all): size the grid by the
@@ -258,6 +274,7 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
     smem = down_mma_smem_bytes<Fmt>(N, a.I, down_local_blocks(nrb, a.nblocks), kLo8 ? 1 : 2);
     if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
     if (const int err = resident_capacity(kernel, table_smem, capacity, smem, kThreads * kTeams)) return err;
+    capacity = cap_per_sm(capacity, per_sm);
     if (capacity >= a.nblocks) break;
     a.nblocks = down_grid(N, kDownMmaRows, nrb, capacity, kMaxYsMmaBytes);
   }
@@ -318,8 +335,10 @@ int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   MoeArgs a = a0;
   const int smem = (int)gateup_mma_smem_bytes(a.T, a.D);  // x up to kXStageBytes, fewer blocks per SM when large
   if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
+  static const int per_sm = per_sm_switch("SMALLM_GATEUP_PER_SM");
   int capacity = 0;
   if (const int err = resident_capacity(kernel, table, capacity, smem, kThreads * kTeams)) return err;
+  capacity = cap_per_sm(capacity, per_sm);
   const long pairs = (long)a.T * a.K;
   const long jobs = (pairs < a.E ? pairs : a.E) * (a.I / 4);
   a.nblocks = grid_blocks((jobs + kTeams - 1) / kTeams, capacity);

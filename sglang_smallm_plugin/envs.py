@@ -50,6 +50,13 @@ GATEUP_TEAMS = Switch("SMALLM_GATEUP_TEAMS", "",
 DOWN_TEAMS = Switch("SMALLM_DOWN_TEAMS", "",
                     "A/B switch (CUDA, tensor-core down): 1 or 2 teams of 256 threads per block; unset: 2 "
                     "from 33 token-slot pairs (kDownTeamsMinPairs), else 1")
+GATEUP_PER_SM = Switch("SMALLM_GATEUP_PER_SM", "",
+                       "A/B switch (CUDA, tensor-core gate/up): at most n blocks a SM in its grid (with "
+                       "SMALLM_GATEUP_TEAMS=1 and SMALLM_DOWN_PER_SM=1 the down's blocks run beside it); unset or 0: "
+                       "as many as are resident")
+DOWN_PER_SM = Switch("SMALLM_DOWN_PER_SM", "",
+                     "A/B switch (CUDA, tensor-core down): at most n blocks a SM in its grid; unset or 0: as many "
+                     "as are resident")
 DOWN_LO8 = Switch("SMALLM_DOWN_LO8", "",
                   "A/B switch (CUDA, tensor-core down): 0 stages h's lo half as f16 (4 bytes a value with hi; where that "
                   "does not fit, the down runs on CUDA cores), 1 as e5m2 (3 bytes); unset: f16 where it fits and (FP8) "
@@ -76,7 +83,8 @@ GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     "default). Not for serving: 2 was 0-23 % slower end to end, 3 1.8-2.9x slower, 1 over the 1e-3 "
                     "tolerance in the wide_scales edge case (examples/results \"h200-tma\")")
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, GATEUP_PDL, X_PREFETCH,
-       GATEUP_TEAMS, DOWN_TEAMS, DOWN_LO8, DOWN_RING, MMA_SPLIT, MMA_SPLIT_TOKENS, GATEUP_TMA)
+       GATEUP_TEAMS, DOWN_TEAMS, GATEUP_PER_SM, DOWN_PER_SM, DOWN_LO8, DOWN_RING, MMA_SPLIT, MMA_SPLIT_TOKENS,
+       GATEUP_TMA)
 
 
 def markdown_table(switches=ALL) -> str:
