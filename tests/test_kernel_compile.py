@@ -481,9 +481,10 @@ def test_read_floor_kernel_can_be_a_programmatic_dependent(sm90a_build):
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
 def test_barrier_floor_probe_builds(tmp_path):
     """examples/floorprobe/barrier_floor.cu (one-launch read floors with a grid-wide barrier, recorded in
-    examples/results "h200-s37" runs 3 and 5) builds for sm_90a with warnings as errors, both block sizes, no
-    spills; its barrier spins on a volatile generation word and resets its counter by atomics; its PDL floor
-    kernel waits for the grid before it before its first weight load."""
+    examples/results "h200-s37" runs 3 and 5; the co-resident form, "h200-s38" run 1) builds for sm_90a with
+    warnings as errors, every block size, no spills; its barrier spins on a volatile generation word and
+    resets its counter by atomics; its PDL floor kernel waits for the grid before it before its first weight
+    load; its co-resident W2 kernel reads its weights before it waits and h after."""
     root = HIP.parent
     r = _nvcc_sm90a("-Xptxas", "-v", "-keep", "-keep-dir", tmp_path, "-I", root / "examples",
                     root / "examples" / "floorprobe" / "barrier_floor.cu", "-o", tmp_path / "bf", timeout=600,
@@ -498,6 +499,19 @@ def test_barrier_floor_probe_builds(tmp_path):
     (dep,) = [e for e in entries if "dep_floor" in e.split("(")[0]]  # the floor's PDL launch forms
     loads = [m.start() for m in re.finditer(r"ld\.global[.\w]*\.v4\.", dep)]
     assert loads and 0 <= dep.find("griddepcontrol.launch_dependents") < dep.find("griddepcontrol.wait") < min(loads)
+    # the co-resident form ("h200-s38" run 1): W13's launch lets the next start at entry and never waits;
+    # W2's reads its weights before it waits, and h only after
+    co13 = [e for e in entries if "co_w13" in e.split("(")[0]]
+    co2 = [e for e in entries if "co_w2" in e.split("(")[0]]
+    assert len(co13) == 2 and len(co2) == 2, [e.split("(")[0] for e in entries]  # 256 and 512 threads
+    for body in co13:
+        assert "griddepcontrol.launch_dependents" in body and "griddepcontrol.wait" not in body
+    for body in co2:
+        wait = body.find("griddepcontrol.wait")
+        weights = [m.start() for m in re.finditer(r"ld\.global\.cs\.v4\.", body)]
+        h = [m.start() for m in re.finditer(r"ld\.global\.cg\.", body)]
+        assert 0 <= body.find("griddepcontrol.launch_dependents") < wait
+        assert weights and h and max(weights) < wait < min(h)
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")

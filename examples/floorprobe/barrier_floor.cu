@@ -20,10 +20,13 @@
 // in a second launch that waits for the first (the bench's "dependent" floor: the first launch
 // stream-ordered); the same with the first launch also a programmatic dependent of the call before (as
 // the package's gate/up is, waiting at its entry): the dependent floor with every launch advantage the
-// package's two kernels have.
+// package's two kernels have. Then (printed last, "h200-s38" run 1) the co-resident form: two launches of one
+// block a SM each (256 or 512 threads, at most half the SM's registers), the second, a programmatic
+// dependent, reading its share of W2 at once beside the first and waiting (griddepcontrol.wait) only
+// before it reads h (co_w13, co_w2 below).
 // Build and run: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I examples
 // examples/floorprobe/barrier_floor.cu -o /tmp/bf && /tmp/bf [tokens, default 1,2,4,8] (h200-s37 runs 3 and 5:
-// 1,2,4,8,16)
+// 1,2,4,8,16; h200-s38 run 1: 1,2,3,4,8)
 #include "probe_common.cuh"
 
 #include <random>
