@@ -285,9 +285,13 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // stage and y: twice the W2 in flight per block), else one team. Qwen3.5 FP8 on the H200, forced one
 // vs two teams (examples/results "h200-ab4" run 3, us): TP4 2 tokens (22 pairs) 26.7 vs 27.2,
 // 4 (44) 46.5 vs 45.5, 8 (88) 86.5 vs 80.6, 12 (132) 123.3 vs 113.3; TP8 2 tokens 17.3 vs 17.9,
-// 4: 29.1 vs 28.9, 16: 99.6 vs 83.7; MXFP4 alike. 33 pairs (3 tokens) was not measured: the rule splits
-// at the routing's one-warp limit. SMALLM_DOWN_TEAMS=1 or 2 forces either (A/B runs).
-constexpr int kDownTeamsMinPairs = 33;
+// 4: 29.1 vs 28.9, 16: 99.6 vs 83.7; MXFP4 alike. On cd73180's kernels two teams won at 2 tokens too
+// (examples/results "h200-s38" run 3, three interleaved rounds each, us one vs two teams): FP8 TP4
+// 24.4-24.6 vs 24.0-24.1, TP8 15.9-16.0 vs 15.6-15.7, MXFP4 TP8 16.1 vs 15.7, MXFP4 TP4 23.3-23.5 vs
+// 23.5-23.6; at 1 token (11 pairs) one team did (FP8 15.9-16.0 vs 16.3, 11.7-11.8 vs 12.0; MXFP4 14.4
+// vs 14.6-14.7, 10.8 vs 10.9-11.0). So two teams from 22 pairs; 12-21 pairs were not measured.
+// SMALLM_DOWN_TEAMS=1 or 2 forces either (A/B runs).
+constexpr int kDownTeamsMinPairs = 22;
 template <int Fmt, int Layout, int kCh>
 int launch_down_mma_teams_ch(const smallm::MoeArgs& a, bool lo8, gpuStream_t stream) {
   static const char* forced = getenv("SMALLM_DOWN_TEAMS");

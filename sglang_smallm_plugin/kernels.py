@@ -70,7 +70,7 @@ MMA_ROUTING_BYTES = 10624         # sizeof(MmaRouting) (hip/smallm_moe_twopass.h
 H200_SMS = 132                    # the SM count kernel_plan assumes where no CUDA device says otherwise
 TWO_BLOCK_CARVEOUT_BYTES = 196 * 1024  # kTwoBlockCarveoutBytes (hip/smallm_moe.hip)
 BLOCK_RESERVED_SMEM_BYTES = 1024       # kBlockReservedSmemBytes
-DOWN_TEAMS_MIN_PAIRS = 33              # kDownTeamsMinPairs: the tensor-core down in two teams from here
+DOWN_TEAMS_MIN_PAIRS = 22              # kDownTeamsMinPairs: the tensor-core down in two teams from here
 FP8_TEAMS_MIN_TOKENS = 2               # kFp8TeamsMinTokens: FP8 row-major gate/up with kJ = 8 in two teams from here
 # The FP8 gate/up by TMA tiles on wgmma (hip/smallm_gateup_tma.h; SMALLM_GATEUP_TMA=1, sm_90a builds)
 TMA_SLICE = 512                        # kTmaSlice: K per job

@@ -73,20 +73,20 @@ def env(monkeypatch):
 @pytest.mark.parametrize("T, K, I, expect", [
     (1, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP4
     (2, 11, 128, "gate/up on tensor cores (2 teams per block: FP8 row-major, 2 tokens >= 2, where its job loop "
-                 "settles each job's loads), down on tensor cores"),      # 22 pairs: one-team down
-    (3, 11, 256, "3 tokens >= 2, where its job loop settles each job's loads), down on tensor cores (2 teams per block: 33 pairs >= 33)"),
+                 "settles each job's loads), down on tensor cores (2 teams per block: 22 pairs >= 22)"),  # 22 pairs
+    (3, 11, 256, "3 tokens >= 2, where its job loop settles each job's loads), down on tensor cores (2 teams per block: 33 pairs >= 22)"),
     (8, 11, 128, "8 tokens >= 2, where its job loop settles each job's loads), down on tensor cores (2 teams"),  # Qwen3.5 TP8
     (8, 11, 256, "loads), down on tensor cores (2 teams"),                 # h: 88 * 264 * 4 B
     (9, 11, 256, "gate/up on tensor cores (2 teams per block: FP8 row-major, 9 tokens"),  # though 2 x (19712 + 73776 + 1024) B fit 196 KB
     (10, 11, 256, "gate/up on tensor cores (2 teams per block, x once per SM: two blocks of x 81920 B would pass "
-                  "the 196 KB shared-memory carveout), down on tensor cores (2 teams per block: 110 pairs >= 33)"),
+                  "the 196 KB shared-memory carveout), down on tensor cores (2 teams per block: 110 pairs >= 22)"),
     (14, 11, 256, "x once per SM"),
-    (13, 11, 256, "down on tensor cores (2 teams per block: 143 pairs >= 33)"),  # f16 lo: its block 170464 + 10624 + 1024 B
-    (14, 11, 256, "down on tensor cores (2 teams per block: 154 pairs >= 33)"),  # f16 lo: 183584 + 10624 + 1024 B
-    (15, 11, 256, "down on tensor cores (2 teams per block: 165 pairs >= 33), h's lo half as e5m2 (as f16 its block "
+    (13, 11, 256, "down on tensor cores (2 teams per block: 143 pairs >= 22)"),  # f16 lo: its block 170464 + 10624 + 1024 B
+    (14, 11, 256, "down on tensor cores (2 teams per block: 154 pairs >= 22)"),  # f16 lo: 183584 + 10624 + 1024 B
+    (15, 11, 256, "down on tensor cores (2 teams per block: 165 pairs >= 22), h's lo half as e5m2 (as f16 its block "
                   "would take 208352 B, past the 196 KB shared-memory carveout)"),
     (16, 11, 256, "h's lo half as e5m2 (as f16 its block would take 221440 B"),  # stage 209792 B: fits, but the L1
-    (17, 11, 256, "down on tensor cores (2 teams per block: 187 pairs >= 33), h's lo half as e5m2 (as f16 its "
+    (17, 11, 256, "down on tensor cores (2 teams per block: 187 pairs >= 22), h's lo half as e5m2 (as f16 its "
                   "stage would take 222912 B, over the 211968 B of a block)"),
     (20, 11, 256, "h's lo half as e5m2"),    # h 220 * 256 * 3 B (e5m2 rows unpadded) + y 220 * 16 * 2 * 4 B + 2^e, tw: 198880 B fit
     (4, 8, 384, "down on CUDA cores (I=384 over 256)"),                   # Qwen3-235B-like
@@ -119,7 +119,7 @@ def test_forced_gateup_teams_override_the_fp8_rule(env):
     (2, 8, 640, "down on CUDA cores (I=640 over 512)"),
     (16, 11, 128, "x once per SM"),                                        # x: 16 * 4096 * 2 B
     (16, 11, 128, "down on tensor cores"),                                 # h: 176 * 136 * 4 B
-    (16, 11, 256, "down on tensor cores (2 teams per block: 176 pairs >= 33)"),   # f16 lo half (MXFP4)
+    (16, 11, 256, "down on tensor cores (2 teams per block: 176 pairs >= 22)"),   # f16 lo half (MXFP4)
     (20, 11, 256, "h's lo half as e5m2"),
     (48, 11, 256, "3 calls of at most 16 tokens (x as f16 is 393216 B"),   # x: 48 * 4096 * 2 B over 160 KB
 ])
@@ -185,15 +185,15 @@ def test_mxfp4_gateup_scales_in_the_plan(D, lane):
 
 def test_down_lo_half(env):
     plan = lambda T: kernels.kernel_plan("sm_90", "fp8_block128", T, 11, 4096, 256, sms=132)  # noqa: E731
-    assert plan(14).endswith("down on tensor cores (2 teams per block: 154 pairs >= 33)")  # f16 lo half
+    assert plan(14).endswith("down on tensor cores (2 teams per block: 154 pairs >= 22)")  # f16 lo half
     assert "h's lo half as e5m2" in plan(15)
     # MXFP4 keeps f16 while it fits (its down is bound by the weights' decode)
-    assert "(2 teams per block: 176 pairs >= 33), each e8m0 block's scale on its MMA's fp32 sums;" in kernels.kernel_plan(
+    assert "(2 teams per block: 176 pairs >= 22), each e8m0 block's scale on its MMA's fp32 sums;" in kernels.kernel_plan(
         "sm_90", "mxfp4", 16, 11, 4096, 256, sms=132)
     assert "h's lo half as e5m2 (as f16 its stage would take 223440 B" in kernels.kernel_plan(  # lo rows from 188
         "sm_90", "mxfp4", 17, 11, 4096, 256, sms=132)
     env.setenv("SMALLM_DOWN_LO8", "0")
-    assert plan(16).endswith("(2 teams per block: 176 pairs >= 33)")  # f16 wherever it fits
+    assert plan(16).endswith("(2 teams per block: 176 pairs >= 22)")  # f16 wherever it fits
     assert plan(17).endswith("down on CUDA cores (its staged h and y take 222912 B with h's lo half as f16, over "
                              "the 211968 B of a block: SMALLM_DOWN_LO8=0)")
     env.setenv("SMALLM_DOWN_LO8", "1")
