@@ -285,17 +285,23 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // stage and y: twice the W2 in flight per block), else one team. Qwen3.5 FP8 on the H200, forced one
 // vs two teams (examples/results "h200-ab4" run 3, us): TP4 2 tokens (22 pairs) 26.7 vs 27.2,
 // 4 (44) 46.5 vs 45.5, 8 (88) 86.5 vs 80.6, 12 (132) 123.3 vs 113.3; TP8 2 tokens 17.3 vs 17.9,
-// 4: 29.1 vs 28.9, 16: 99.6 vs 83.7; MXFP4 alike. On cd73180's kernels two teams won at 2 tokens too
+// 4: 29.1 vs 28.9, 16: 99.6 vs 83.7; MXFP4 alike. 33 pairs (3 tokens) was not measured then: the rule
+// split at the routing's one-warp limit. SMALLM_DOWN_TEAMS=1 or 2 forces either (A/B runs).
+// For I up to 256 (Qwen3.5 TP4/TP8) two teams from 22 pairs: on cd73180's kernels they won at 2 tokens
 // (examples/results "h200-s38" run 3, three interleaved rounds each, us one vs two teams): FP8 TP4
 // 24.4-24.6 vs 24.0-24.1, TP8 15.9-16.0 vs 15.6-15.7, MXFP4 TP8 16.1 vs 15.7, MXFP4 TP4 23.3-23.5 vs
 // 23.5-23.6; at 1 token (11 pairs) one team did (FP8 15.9-16.0 vs 16.3, 11.7-11.8 vs 12.0; MXFP4 14.4
-// vs 14.6-14.7, 10.8 vs 10.9-11.0). So two teams from 22 pairs; 12-21 pairs were not measured.
-// SMALLM_DOWN_TEAMS=1 or 2 forces either (A/B runs).
-constexpr int kDownTeamsMinPairs = 22;
+// vs 14.6-14.7, 10.8 vs 10.9-11.0). Wider I keeps 33: Qwen3-235B-like MXFP4 (I = 384, run 5) took 0.3-0.5
+// us longer with two teams at 24 and 32 pairs (12-21 pairs were measured only there and at MiniMax-M3-like,
+// where two teams won at 10-20 pairs by 1.0-1.2 us: not acted on, one shape).
+constexpr int kDownTeamsMinPairs = 33;
+constexpr int kDownTeamsNarrowMaxInter = 256;
+constexpr int kDownTeamsNarrowMinPairs = 22;
+int down_teams_min_pairs(int I) { return I <= kDownTeamsNarrowMaxInter ? kDownTeamsNarrowMinPairs : kDownTeamsMinPairs; }
 template <int Fmt, int Layout, int kCh>
 int launch_down_mma_teams_ch(const smallm::MoeArgs& a, bool lo8, gpuStream_t stream) {
   static const char* forced = getenv("SMALLM_DOWN_TEAMS");
-  int teams = a.T * a.K >= kDownTeamsMinPairs ? 2 : 1;
+  int teams = a.T * a.K >= down_teams_min_pairs(a.I) ? 2 : 1;
   if (forced && (forced[0] == '1' || forced[0] == '2')) teams = forced[0] - '0';
   if (teams == 2)
     return lo8 ? launch_down_mma<Fmt, Layout, 2, true, kCh>(a, stream) : launch_down_mma<Fmt, Layout, 2, false, kCh>(a, stream);

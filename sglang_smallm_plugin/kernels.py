@@ -70,7 +70,10 @@ MMA_ROUTING_BYTES = 10624         # sizeof(MmaRouting) (hip/smallm_moe_twopass.h
 H200_SMS = 132                    # the SM count kernel_plan assumes where no CUDA device says otherwise
 TWO_BLOCK_CARVEOUT_BYTES = 196 * 1024  # kTwoBlockCarveoutBytes (hip/smallm_moe.hip)
 BLOCK_RESERVED_SMEM_BYTES = 1024       # kBlockReservedSmemBytes
-DOWN_TEAMS_MIN_PAIRS = 22              # kDownTeamsMinPairs: the tensor-core down in two teams from here
+DOWN_TEAMS_MIN_PAIRS = 33              # kDownTeamsMinPairs: the tensor-core down in two teams from here,
+DOWN_TEAMS_NARROW_MAX_INTER = 256      # kDownTeamsNarrowMaxInter: ... or, for I up to this,
+DOWN_TEAMS_NARROW_MIN_PAIRS = 22       # kDownTeamsNarrowMinPairs: from here
+
 FP8_TEAMS_MIN_TOKENS = 2               # kFp8TeamsMinTokens: FP8 row-major gate/up with kJ = 8 in two teams from here
 # The FP8 gate/up by TMA tiles on wgmma (hip/smallm_gateup_tma.h; SMALLM_GATEUP_TMA=1, sm_90a builds)
 TMA_SLICE = 512                        # kTmaSlice: K per job
@@ -284,6 +287,11 @@ def tma_fused_why_not(T: int, K: int, D: int, I: int, sms: int) -> str:
     return ""
 
 
+def down_teams_min_pairs(I: int) -> int:
+    """down_teams_min_pairs (hip/smallm_moe.hip): the pairs from which the tensor-core down runs two teams."""
+    return DOWN_TEAMS_NARROW_MIN_PAIRS if I <= DOWN_TEAMS_NARROW_MAX_INTER else DOWN_TEAMS_MIN_PAIRS
+
+
 def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Optional[int] = None,
                 layout: str = ROW_MAJOR, build: Optional[str] = None) -> str:
     """The kernels the launcher runs for a call of this shape, and why, in words (sms: the device's
@@ -353,8 +361,8 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         forced = envs.DOWN_TEAMS.get().strip()[:1]
         if forced in ("1", "2"):
             down = f"down on tensor cores ({forced} team{'s' if forced == '2' else ''} per block: SMALLM_DOWN_TEAMS={forced})"
-        elif T * K >= DOWN_TEAMS_MIN_PAIRS:
-            down = f"down on tensor cores (2 teams per block: {T * K} pairs >= {DOWN_TEAMS_MIN_PAIRS})"
+        elif T * K >= down_teams_min_pairs(I):
+            down = f"down on tensor cores (2 teams per block: {T * K} pairs >= {down_teams_min_pairs(I)} at I={I})"
         else:
             down = "down on tensor cores"
         if lo_bytes == 1:

@@ -30,6 +30,8 @@ def test_constants_match_the_headers():
     assert kernels.TWO_BLOCK_CARVEOUT_BYTES == _cpp_const("kTwoBlockCarveoutBytes")
     assert kernels.BLOCK_RESERVED_SMEM_BYTES == _cpp_const("kBlockReservedSmemBytes")
     assert kernels.DOWN_TEAMS_MIN_PAIRS == _cpp_const("kDownTeamsMinPairs")
+    assert kernels.DOWN_TEAMS_NARROW_MAX_INTER == _cpp_const("kDownTeamsNarrowMaxInter")
+    assert kernels.DOWN_TEAMS_NARROW_MIN_PAIRS == _cpp_const("kDownTeamsNarrowMinPairs")
     assert kernels.FP8_TEAMS_MIN_TOKENS == _cpp_const("kFp8TeamsMinTokens")
     assert kernels.TMA_SLICE == _cpp_const("kTmaSlice") and kernels.TMA_WARPGROUPS == _cpp_const("kTmaWarpgroups")
     assert kernels.TMA_MAX_TOKENS == _cpp_const("kTmaMaxTokens") and kernels.TMA_MAX_PAIRS == _cpp_const("kTmaMaxPairs")
@@ -73,20 +75,20 @@ def env(monkeypatch):
 @pytest.mark.parametrize("T, K, I, expect", [
     (1, 11, 256, "gate/up on tensor cores, down on tensor cores"),        # Qwen3.5 TP4
     (2, 11, 128, "gate/up on tensor cores (2 teams per block: FP8 row-major, 2 tokens >= 2, where its job loop "
-                 "settles each job's loads), down on tensor cores (2 teams per block: 22 pairs >= 22)"),  # 22 pairs
-    (3, 11, 256, "3 tokens >= 2, where its job loop settles each job's loads), down on tensor cores (2 teams per block: 33 pairs >= 22)"),
+                 "settles each job's loads), down on tensor cores (2 teams per block: 22 pairs >= 22 at I=128)"),  # 22 pairs
+    (3, 11, 256, "3 tokens >= 2, where its job loop settles each job's loads), down on tensor cores (2 teams per block: 33 pairs >= 22 at I=256)"),
     (8, 11, 128, "8 tokens >= 2, where its job loop settles each job's loads), down on tensor cores (2 teams"),  # Qwen3.5 TP8
     (8, 11, 256, "loads), down on tensor cores (2 teams"),                 # h: 88 * 264 * 4 B
     (9, 11, 256, "gate/up on tensor cores (2 teams per block: FP8 row-major, 9 tokens"),  # though 2 x (19712 + 73776 + 1024) B fit 196 KB
     (10, 11, 256, "gate/up on tensor cores (2 teams per block, x once per SM: two blocks of x 81920 B would pass "
-                  "the 196 KB shared-memory carveout), down on tensor cores (2 teams per block: 110 pairs >= 22)"),
+                  "the 196 KB shared-memory carveout), down on tensor cores (2 teams per block: 110 pairs >= 22 at I=256)"),
     (14, 11, 256, "x once per SM"),
-    (13, 11, 256, "down on tensor cores (2 teams per block: 143 pairs >= 22)"),  # f16 lo: its block 170464 + 10624 + 1024 B
-    (14, 11, 256, "down on tensor cores (2 teams per block: 154 pairs >= 22)"),  # f16 lo: 183584 + 10624 + 1024 B
-    (15, 11, 256, "down on tensor cores (2 teams per block: 165 pairs >= 22), h's lo half as e5m2 (as f16 its block "
+    (13, 11, 256, "down on tensor cores (2 teams per block: 143 pairs >= 22 at I=256)"),  # f16 lo: its block 170464 + 10624 + 1024 B
+    (14, 11, 256, "down on tensor cores (2 teams per block: 154 pairs >= 22 at I=256)"),  # f16 lo: 183584 + 10624 + 1024 B
+    (15, 11, 256, "down on tensor cores (2 teams per block: 165 pairs >= 22 at I=256), h's lo half as e5m2 (as f16 its block "
                   "would take 208352 B, past the 196 KB shared-memory carveout)"),
     (16, 11, 256, "h's lo half as e5m2 (as f16 its block would take 221440 B"),  # stage 209792 B: fits, but the L1
-    (17, 11, 256, "down on tensor cores (2 teams per block: 187 pairs >= 22), h's lo half as e5m2 (as f16 its "
+    (17, 11, 256, "down on tensor cores (2 teams per block: 187 pairs >= 22 at I=256), h's lo half as e5m2 (as f16 its "
                   "stage would take 222912 B, over the 211968 B of a block)"),
     (20, 11, 256, "h's lo half as e5m2"),    # h 220 * 256 * 3 B (e5m2 rows unpadded) + y 220 * 16 * 2 * 4 B + 2^e, tw: 198880 B fit
     (4, 8, 384, "down on CUDA cores (I=384 over 256)"),                   # Qwen3-235B-like
@@ -119,7 +121,7 @@ def test_forced_gateup_teams_override_the_fp8_rule(env):
     (2, 8, 640, "down on CUDA cores (I=640 over 512)"),
     (16, 11, 128, "x once per SM"),                                        # x: 16 * 4096 * 2 B
     (16, 11, 128, "down on tensor cores"),                                 # h: 176 * 136 * 4 B
-    (16, 11, 256, "down on tensor cores (2 teams per block: 176 pairs >= 22)"),   # f16 lo half (MXFP4)
+    (16, 11, 256, "down on tensor cores (2 teams per block: 176 pairs >= 22 at I=256)"),   # f16 lo half (MXFP4)
     (20, 11, 256, "h's lo half as e5m2"),
     (48, 11, 256, "3 calls of at most 16 tokens (x as f16 is 393216 B"),   # x: 48 * 4096 * 2 B over 160 KB
 ])
@@ -185,15 +187,15 @@ def test_mxfp4_gateup_scales_in_the_plan(D, lane):
 
 def test_down_lo_half(env):
     plan = lambda T: kernels.kernel_plan("sm_90", "fp8_block128", T, 11, 4096, 256, sms=132)  # noqa: E731
-    assert plan(14).endswith("down on tensor cores (2 teams per block: 154 pairs >= 22)")  # f16 lo half
+    assert plan(14).endswith("down on tensor cores (2 teams per block: 154 pairs >= 22 at I=256)")  # f16 lo half
     assert "h's lo half as e5m2" in plan(15)
     # MXFP4 keeps f16 while it fits (its down is bound by the weights' decode)
-    assert "(2 teams per block: 176 pairs >= 22), each e8m0 block's scale on its MMA's fp32 sums;" in kernels.kernel_plan(
+    assert "(2 teams per block: 176 pairs >= 22 at I=256), each e8m0 block's scale on its MMA's fp32 sums;" in kernels.kernel_plan(
         "sm_90", "mxfp4", 16, 11, 4096, 256, sms=132)
     assert "h's lo half as e5m2 (as f16 its stage would take 223440 B" in kernels.kernel_plan(  # lo rows from 188
         "sm_90", "mxfp4", 17, 11, 4096, 256, sms=132)
     env.setenv("SMALLM_DOWN_LO8", "0")
-    assert plan(16).endswith("(2 teams per block: 176 pairs >= 22)")  # f16 wherever it fits
+    assert plan(16).endswith("(2 teams per block: 176 pairs >= 22 at I=256)")  # f16 wherever it fits
     assert plan(17).endswith("down on CUDA cores (its staged h and y take 222912 B with h's lo half as f16, over "
                              "the 211968 B of a block: SMALLM_DOWN_LO8=0)")
     env.setenv("SMALLM_DOWN_LO8", "1")
@@ -389,3 +391,16 @@ def test_two_team_gateup_fits_the_164_kb_carveout_at_19_tokens():
     assert kernels.gateup_mma_smem_bytes(19, 4096) == 19 * 8192 + 80
     assert block(19) <= 164 * 1024 < block(20)
     assert 16128 + 19 * 8192 + kernels.BLOCK_RESERVED_SMEM_BYTES > 164 * 1024  # before
+
+
+@pytest.mark.parametrize("fmt, T, K, D, I, teams", [
+    ("fp8_block128", 1, 11, 4096, 256, 1), ("fp8_block128", 2, 11, 4096, 256, 2),   # Qwen3.5 TP4: 11 / 22 pairs
+    ("mxfp4", 2, 11, 4096, 128, 2),                                                 # Qwen3.5 TP8
+    ("mxfp4", 3, 8, 4096, 384, 1), ("mxfp4", 4, 8, 4096, 384, 1),                   # Qwen3-235B-like: 24, 32 pairs
+    ("mxfp4", 5, 8, 4096, 384, 2)])                                                 # 40 pairs
+def test_down_teams_rule_depends_on_the_intermediate_size(env, fmt, T, K, D, I, teams):
+    """Two down teams from 22 pairs where I <= 256 (Qwen3.5, "h200-s38" run 3), from 33 where I is wider
+    (Qwen3-235B-like MXFP4 slower with two teams at 24 and 32 pairs, run 5)."""
+    plan = kernels.kernel_plan("sm_90", fmt, T, K, D, I)
+    assert ("down on tensor cores (2 teams per block:" in plan) == (teams == 2), plan
+    assert "down on tensor cores" in plan, plan
