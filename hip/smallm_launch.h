@@ -41,11 +41,11 @@ int launch_kernel(void (*kernel)(Params...), int grid, int threads, int smem, gp
   cfg.blockDim = dim3(threads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[1] = {};
   if (order == LaunchOrder::kDependent) {
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
-  } else {
+  } else if (order == LaunchOrder::kCooperative) {
     attr[0].id = cudaLaunchAttributeCooperative;
     attr[0].val.cooperative = 1;
   }

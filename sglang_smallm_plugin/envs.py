@@ -53,8 +53,9 @@ DOWN_TEAMS = Switch("SMALLM_DOWN_TEAMS", "",
                     "(kDownTeamsMinPairs), else 1")
 GATEUP_PER_SM = Switch("SMALLM_GATEUP_PER_SM", "",
                        "A/B switch (CUDA, tensor-core gate/up): at most n blocks a SM in its grid (with "
-                       "SMALLM_GATEUP_TEAMS=1 and SMALLM_DOWN_PER_SM=1 the down's blocks run beside it); unset or 0: "
-                       "as many as are resident")
+                       "SMALLM_GATEUP_TEAMS=1, SMALLM_DOWN_TEAMS=1 and SMALLM_DOWN_PER_SM=1 the down's blocks run beside it: "
+                       "slower in every cell measured, examples/results \"h200-s38\" run 2); unset or 0: as many as "
+                       "are resident")
 DOWN_PER_SM = Switch("SMALLM_DOWN_PER_SM", "",
                      "A/B switch (CUDA, tensor-core down): at most n blocks a SM in its grid; unset or 0: as many "
                      "as are resident")

@@ -238,7 +238,7 @@ def test_tma_moe_kernels_stream_both_projections(sm90a_ptx):
     text = (HIP / "smallm_moe.hip").read_text()
     assert "launch_kernel(kernel, grid, kTmaThreads, smem, stream, LaunchOrder::kCooperative, m13, m2, a)" in text
     launch = (HIP / "smallm_launch.h").read_text()  # kCooperative -> the cooperative attribute
-    assert re.search(r"\} else \{\s*attr\[0\]\.id = cudaLaunchAttributeCooperative;", launch)
+    assert re.search(r"if \(order == LaunchOrder::kCooperative\) \{\s*attr\[0\]\.id = cudaLaunchAttributeCooperative;", launch)
 
 
 @pytest.mark.parametrize("kernel,f16_scales,lane_scales", [

@@ -168,6 +168,10 @@ def test_sort_matches_reference_exactly(case, seed):
     {"SMALLM_DOWN_TEAMS": "1", "formats": "fp8_block128,mxfp4", "tokens": "10,16"},
     # h's lo half as e5m2 (Qwen3.5 TP4 from 17 tokens), in one-team blocks too
     {"SMALLM_DOWN_TEAMS": "1", "formats": "fp8_block128,mxfp4", "tokens": "17,20", "shapes": "qwen35-tp4"},
+    # the tensor-core kernels' grids capped at one one-team block a SM, so that the down's blocks run beside
+    # the gate/up's (the co-resident A/B setting of examples/results "h200-s38" run 2)
+    {"SMALLM_GATEUP_TEAMS": "1", "SMALLM_GATEUP_PER_SM": "1", "SMALLM_DOWN_TEAMS": "1", "SMALLM_DOWN_PER_SM": "1",
+     "formats": "fp8_block128,mxfp4", "tokens": "1,3,8,20", "shapes": "qwen35-tp4,qwen35-tp8"},
     # the two-job ring where the launcher keeps three (I in at most two MMA chunks: MXFP4 TP4, FP8 TP8)
     {"SMALLM_DOWN_RING": "2", "formats": "fp8_block128,mxfp4", "tokens": "1,8,16", "shapes": "qwen35-tp4,qwen35-tp8"},
     # x over the gate/up's f16 stage: the launcher's split into tensor-core calls of <= 20 tokens, uneven
