@@ -202,7 +202,9 @@ int launch_down(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // SMALLM_GATEUP_PER_SM / SMALLM_DOWN_PER_SM = n (A/B runs, CUDA tensor-core kernels): at most n blocks a SM
 // in that kernel's grid, so that one-team blocks of the gate/up and of its programmatic dependent down
 // can be resident side by side and the down's W2 loads before its grid wait overlap the gate/up
-// (examples/floorprobe/barrier_floor.cu, the co-resident form). Unset or 0: as many as are resident.
+// (examples/floorprobe/barrier_floor.cu, the co-resident form; slower in every cell measured with the
+// package's kernels, examples/results "h200-s38" run 2). Unset or 0: as many as are resident. The down's
+// grid still grows past the cap where y of a block's row-blocks would not fit (down_grid).
 int per_sm_switch(const char* name) {
   const char* v = getenv(name);
   return v ? atoi(v) : 0;

@@ -57,8 +57,8 @@ GATEUP_PER_SM = Switch("SMALLM_GATEUP_PER_SM", "",
                        "slower in every cell measured, examples/results \"h200-s38\" run 2); unset or 0: as many as "
                        "are resident")
 DOWN_PER_SM = Switch("SMALLM_DOWN_PER_SM", "",
-                     "A/B switch (CUDA, tensor-core down): at most n blocks a SM in its grid; unset or 0: as many "
-                     "as are resident")
+                     "A/B switch (CUDA, tensor-core down): at most n blocks a SM in its grid, more only where a "
+                     "block's y would not fit its shared memory; unset or 0: as many as are resident")
 DOWN_LO8 = Switch("SMALLM_DOWN_LO8", "",
                   "A/B switch (CUDA, tensor-core down): 0 stages h's lo half as f16 (4 bytes a value with hi; where that "
                   "does not fit, the down runs on CUDA cores), 1 as e5m2 (3 bytes); unset: f16 where it fits and (FP8) "
