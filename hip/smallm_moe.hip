@@ -139,6 +139,11 @@ bool env_switch_on(const char* name) {
   const char* v = getenv(name);
   return !(v && v[0] == '0');
 }
+// A number read from the environment (atoi of its value), `fallback` where unset.
+int env_int(const char* name, int fallback) {
+  const char* v = getenv(name);
+  return v ? atoi(v) : fallback;
+}
 
 template <int Fmt, int Layout, int Variant>
 int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
@@ -205,10 +210,6 @@ int launch_down(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // (examples/floorprobe/barrier_floor.cu, the co-resident form; slower in every cell measured with the
 // package's kernels, examples/results "h200-s38" run 2). Unset or 0: as many as are resident. The down's
 // grid still grows past the cap where y of a block's row-blocks would not fit (down_grid).
-int per_sm_switch(const char* name) {
-  const char* v = getenv(name);
-  return v ? atoi(v) : 0;
-}
 int cap_per_sm(int capacity, int per_sm) {
   int dev = 0, sms = 0;
   if (per_sm <= 0 || current_device_sms(dev, sms) != 0) return capacity;
@@ -261,7 +262,7 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   if (a0.T * a0.K > kMmaMaxPairs) return 7;
   static Capacity table[kMaxDevices], table_smem[kMaxDevices];
   static int raised[kMaxDevices] = {0};
-  static const int per_sm = per_sm_switch("SMALLM_DOWN_PER_SM");
+  static const int per_sm = env_int("SMALLM_DOWN_PER_SM", 0);
   int capacity = 0;
   if (const int err = resident_capacity(kernel, table, capacity, 0, kThreads * kTeams)) return err;
   capacity = cap_per_sm(capacity, per_sm);
@@ -347,7 +348,7 @@ int launch_gateup_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   MoeArgs a = a0;
   const int smem = (int)gateup_mma_smem_bytes(a.T, a.D);  // x up to kXStageBytes, fewer blocks per SM when large
   if (const int err = allow_dynamic_smem(kernel, raised, smem)) return err;
-  static const int per_sm = per_sm_switch("SMALLM_GATEUP_PER_SM");
+  static const int per_sm = env_int("SMALLM_GATEUP_PER_SM", 0);
   int capacity = 0;
   if (const int err = resident_capacity(kernel, table, capacity, smem, kThreads * kTeams)) return err;
   capacity = cap_per_sm(capacity, per_sm);
@@ -556,10 +557,7 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   // at 10, Qwen3.5 FP8 TP4 20 tokens was 1.7 % faster, 19 and every TP8 or MXFP4 count slower:
   // examples/results "h200-ab15" run 1; again with the gate/up within 164 KB at 19 tokens, "h200-s36"
   // run 1: FP8 TP4 20 tokens 1 % faster, the rest 5-21 % slower)
-  static const int split_tokens = [] {
-    const char* v = getenv("SMALLM_MMA_SPLIT_TOKENS");
-    return v ? atoi(v) : 0;
-  }();
+  static const int split_tokens = env_int("SMALLM_MMA_SPLIT_TOKENS", 0);
   // x over the gate/up's f16 stage (more than 20 tokens at D = 4096), or the pairs over kMmaMaxPairs
   // (more than 20 tokens with 16 slots): the call as consecutive calls of near-equal token counts that
   // fit (mma_split_tokens), each on tensor cores. Each reads its own experts' weights again, but the
@@ -641,8 +639,7 @@ int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* st
   a.tile_magic = smallm::JobExpert::magic_of(a.I / 4);
   // SMALLM_KERNEL_VARIANT forces a variant (A/B runs; read once per process).
   static const int forced = [] {
-    const char* v = getenv("SMALLM_KERNEL_VARIANT");
-    const int x = v ? atoi(v) : -1;
+    const int x = env_int("SMALLM_KERNEL_VARIANT", -1);
 #if defined(SMALLM_HIP)
     return x == 0 || x == kTwoPassVariant ? x : -1;
 #else

@@ -361,8 +361,8 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         forced = envs.DOWN_TEAMS.get().strip()[:1]
         if forced in ("1", "2"):
             down = f"down on tensor cores ({forced} team{'s' if forced == '2' else ''} per block: SMALLM_DOWN_TEAMS={forced})"
-        elif T * K >= down_teams_min_pairs(I):
-            down = f"down on tensor cores (2 teams per block: {T * K} pairs >= {down_teams_min_pairs(I)} at I={I})"
+        elif T * K >= (min_pairs := down_teams_min_pairs(I)):
+            down = f"down on tensor cores (2 teams per block: {T * K} pairs >= {min_pairs} at I={I})"
         else:
             down = "down on tensor cores"
         if lo_bytes == 1:

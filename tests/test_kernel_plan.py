@@ -55,11 +55,12 @@ def test_mma_step_values_match_the_headers():
 
 
 def test_every_switch_the_launcher_reads_is_documented():
-    """Each environment variable hip/smallm_moe.hip reads is an envs.Switch (doctor lists them)."""
+    """Each environment variable hip/smallm_moe.hip reads (getenv, env_switch_on, env_int) is an envs.Switch
+    (doctor lists them)."""
     from sglang_smallm_plugin import envs
 
-    read = set(re.findall(r'(?:env_switch_on|getenv)\("(\w+)"\)', (HIP / "smallm_moe.hip").read_text()))
-    assert "SMALLM_GATEUP_TEAMS" in read and "SMALLM_MMA" in read
+    read = set(re.findall(r'(?:env_switch_on|env_int|getenv)\("(\w+)"', (HIP / "smallm_moe.hip").read_text()))
+    assert "SMALLM_GATEUP_TEAMS" in read and "SMALLM_MMA" in read and "SMALLM_DOWN_PER_SM" in read
     assert read <= {s.name for s in envs.ALL}, read - {s.name for s in envs.ALL}
 
 
@@ -283,7 +284,7 @@ def test_mma_split_rule_matches_the_header():
     fits = text[text.index("inline bool gateup_mma_fits(int T, int K, int D) {"):]
     assert "T * K <= kMmaMaxPairs" in fits[:fits.index("\n}")]
     launcher = (HIP / "smallm_moe.hip").read_text()
-    assert 'env_switch_on("SMALLM_MMA_SPLIT")' in launcher and 'getenv("SMALLM_MMA_SPLIT_TOKENS")' in launcher
+    assert 'env_switch_on("SMALLM_MMA_SPLIT")' in launcher and 'env_int("SMALLM_MMA_SPLIT_TOKENS", 0)' in launcher
     assert "mma_split_tokens<Fmt>(a.T, a.K, a.D, split_tokens)" in launcher
     assert "gateup_mma_fits<Fmt>(a.T, a.K, a.D)" in launcher
 
