@@ -30,6 +30,8 @@ inline std::vector<int> token_counts(int argc, char** argv, std::vector<int> fal
 
 // One CUDA graph of a body that makes `calls` calls (the weight copies in turn, so that no copy's
 // weights stay in L2), 3 warm-up replays, then the median of 5 rounds of 20 replays: us per call.
+constexpr int kWarmupReplays = 3, kRounds = 5, kRoundReplays = 20;
+constexpr int kGraphReplays = kWarmupReplays + kRounds * kRoundReplays;  // replays of the body per call
 
 template <class Body>
 float graph_us_per_call(cudaStream_t st, int calls, Body body) {
@@ -39,19 +41,19 @@ float graph_us_per_call(cudaStream_t st, int calls, Body body) {
   body();
   CK(cudaStreamEndCapture(st, &graph));
   CK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, st));
+  for (int i = 0; i < kWarmupReplays; ++i) CK(cudaGraphLaunch(exec, st));
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   std::vector<float> rounds;
-  for (int round = 0; round < 5; ++round) {
+  for (int round = 0; round < kRounds; ++round) {
     CK(cudaEventRecord(e0, st));
-    for (int i = 0; i < 20; ++i) CK(cudaGraphLaunch(exec, st));
+    for (int i = 0; i < kRoundReplays; ++i) CK(cudaGraphLaunch(exec, st));
     CK(cudaEventRecord(e1, st));
     CK(cudaEventSynchronize(e1));
     float ms;
     CK(cudaEventElapsedTime(&ms, e0, e1));
-    rounds.push_back(ms * 1000.0f / (20 * calls));
+    rounds.push_back(ms * 1000.0f / (kRoundReplays * calls));
   }
   std::sort(rounds.begin(), rounds.end());
   CK(cudaEventDestroy(e0));
