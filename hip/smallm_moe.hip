@@ -155,8 +155,8 @@ int launch(const smallm::MoeArgs& a0, gpuStream_t stream) {
   const long distinct_max = pairs < a.E ? pairs : a.E;
   const long items_max = distinct_max * ((long)(a.I / 16) * smallm::max_ksplit(a.D) + (a.D + smallm::kMinRows2 - 1) / smallm::kMinRows2);
   a.nblocks = grid_blocks(items_max, capacity);
-  smallm::smallm_moe_kernel<Fmt, Layout, Variant><<<a.nblocks, smallm::kThreads, 0, stream>>>(a);
-  return (int)GPU(GetLastError)();
+  return smallm::launch_kernel(smallm::smallm_moe_kernel<Fmt, Layout, Variant>, a.nblocks, smallm::kThreads, 0, stream,
+                               smallm::LaunchOrder::kStream, a);
 }
 
 
@@ -331,8 +331,7 @@ int launch_gateup(const smallm::MoeArgs& a0, gpuStream_t stream) {
   MoeArgs a = a0;
   const long pairs = (long)a.T * a.K;
   a.nblocks = grid_blocks((pairs < a.E ? pairs : a.E) * (a.I / (kRows / 2)), capacity);
-  smallm_gateup_kernel<Fmt, Layout, kRows, kJ><<<a.nblocks, kThreads, 0, stream>>>(a);
-  return (int)GPU(GetLastError)();
+  return launch_kernel(smallm_gateup_kernel<Fmt, Layout, kRows, kJ>, a.nblocks, kThreads, 0, stream, LaunchOrder::kStream, a);
 }
 
 #if !defined(SMALLM_HIP)
@@ -502,8 +501,7 @@ int launch_gateup_tma(const smallm::MoeArgs& a, gpuStream_t stream) {
       {smallm_gateup_tma_kernel<5, false>, smallm_gateup_tma_kernel<5, true>}};
   const Kernel kernel = kernels[nt - 1][steps ? 1 : 0];
   if (const int err = allow_dynamic_smem(kernel, raised[steps][nt], smem)) return err;
-  kernel<<<grid, kTmaThreads, smem, stream>>>(map, a);
-  if (const int err = (int)GPU(GetLastError)()) return err;
+  if (const int err = launch_kernel(kernel, grid, kTmaThreads, smem, stream, LaunchOrder::kStream, map, a)) return err;
   // the slice sum as a programmatic dependent of the gate/up (unless SMALLM_PDL=0), whose blocks wait
   // for it (griddepcontrol.wait); the down follows as the slice sum's dependent (launch_dependent)
   MoeArgs b = a;
