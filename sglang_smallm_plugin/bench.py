@@ -21,7 +21,7 @@ import torch
 
 from . import gate, kernels
 from .calls import FP8_BLOCK128, ROW_MAJOR
-from .shapes import SHAPES
+from .shapes import shape_by_name
 from .testdata import make_call, make_weights
 from .timing import graph_us
 
@@ -171,7 +171,7 @@ def run(shapes=("qwen35-tp4", "qwen35-tp8"), formats=(FP8_BLOCK128,), layouts=(R
     for fmt in formats:
         for name in shapes:
             for layout in layouts:
-                rows += bench_shape(SHAPES[name], fmt, layout, tokens, bw, copies=copies, echo=echo)
+                rows += bench_shape(shape_by_name(name), fmt, layout, tokens, bw, copies=copies, echo=echo)
     os.makedirs(out_dir, exist_ok=True)
     meta = dict(device=info.name, arch=info.arch, date=time.strftime("%Y-%m-%d"), copy_bw_tbs=bw / 1e12,
                 torch=torch.__version__, copies=copies)

@@ -4,10 +4,24 @@ import argparse
 import sys
 
 from .calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16
+from .shapes import SHAPE_SPEC_FORM, SHAPES
 
 
 def _csv(s, conv=str):
     return tuple(conv(x) for x in s.split(",") if x.strip())
+
+
+def _shapes(s):
+    """The --shapes names, each a registered shape or a D-E-K-I spec; a bad one ends the command with why."""
+    from .shapes import shape_by_name
+
+    names = _csv(s)
+    for name in names:
+        try:
+            shape_by_name(name)
+        except ValueError as e:
+            raise SystemExit(f"sglang-smallm: {e}")
+    return names
 
 
 def cmd_selftest(a):
@@ -15,7 +29,7 @@ def cmd_selftest(a):
 
     ok = True
     if a.what in ("all", "moe"):
-        res = selftest.run(formats=_csv(a.formats), shapes=_csv(a.shapes), layouts=_csv(a.layouts),
+        res = selftest.run(formats=_csv(a.formats), shapes=_shapes(a.shapes), layouts=_csv(a.layouts),
                            seeds=range(a.seeds), tokens=_csv(a.tokens, int) if a.tokens else None)
         ok = all(r.ok for r in res)
     if a.what in ("all", "edge"):
@@ -37,7 +51,7 @@ def cmd_bench(a):
         return 0
     from . import bench
 
-    bench.run(shapes=_csv(a.shapes), formats=_csv(a.formats), layouts=_csv(a.layouts),
+    bench.run(shapes=_shapes(a.shapes), formats=_csv(a.formats), layouts=_csv(a.layouts),
               tokens=_csv(a.tokens, int), out_dir=a.out, copies=a.copies)
     return 0
 
@@ -83,7 +97,8 @@ def main(argv=None):
     m.set_defaults(fn=cmd_demo)
 
     b = sub.add_parser("bench", help="layer benchmark vs the byte roofline and the read floors (GPU)")
-    b.add_argument("--shapes", default="qwen35-tp4,qwen35-tp8")
+    b.add_argument("--shapes", default="qwen35-tp4,qwen35-tp8",
+                   help=f"shape names ({', '.join(SHAPES)}) or {SHAPE_SPEC_FORM}")
     b.add_argument("--formats", default=FP8_BLOCK128)
     b.add_argument("--layouts", default=ROW_MAJOR)
     b.add_argument("--tokens", default="1,2,4,8,12,16,20,24,32,48")
@@ -94,7 +109,8 @@ def main(argv=None):
 
     s = sub.add_parser("selftest", help="kernel numerics on this GPU against the reference")
     s.add_argument("--formats", default=f"{FP8_BLOCK128},{MXFP4}")
-    s.add_argument("--shapes", default="qwen35-tp4,qwen35-tp8,minimax-m3,qwen3-235b-tp4")
+    s.add_argument("--shapes", default="qwen35-tp4,qwen35-tp8,minimax-m3,qwen3-235b-tp4",
+                   help=f"shape names ({', '.join(SHAPES)}) or {SHAPE_SPEC_FORM}")
     s.add_argument("--layouts", default=f"{ROW_MAJOR},{SHUFFLE16}")
     s.add_argument("--seeds", type=int, default=5)
     s.add_argument("--tokens", default="", help="default: 1,3,8 and the cap")

@@ -12,7 +12,7 @@ import torch
 
 from . import gate, kernels
 from .calls import FP8_BLOCK128, ROW_MAJOR, SHUFFLE16
-from .shapes import SHAPES
+from .shapes import SHAPES, shape_by_name
 from .testdata import make_call, make_weights, reference_of
 from .timing import capture
 from .tolerances import moe_tolerance, rel_l2
@@ -79,7 +79,7 @@ def run(formats=(FP8_BLOCK128,), shapes=tuple(SHAPES), layouts=(ROW_MAJOR, SHUFF
          f"{'written':>7} {'determ':>6} {'graph':>5}  ok")
     for fmt in formats:
         for name in shapes:
-            shape = SHAPES[name]
+            shape = shape_by_name(name)
             for layout in layouts:
                 toks = tokens or default_tokens(shape, fmt, arch)
                 per_t = {t: [] for t in toks}

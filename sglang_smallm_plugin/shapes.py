@@ -49,3 +49,43 @@ SHAPES = {
         MoeShape("qwen3-235b-tp4", 4096, 128, 8, 384, 0, "Qwen3-235B-A22B-like at TP4: 128 experts, top-8"),
     )
 }
+
+
+# A shape not in SHAPES, written as D<hidden>-E<experts>-K<slots>-I<inter>[-S<shared>], e.g. D4096-E129-K5-I384-S1
+# (MiniMax-M3-like at hidden 4096): `sglang-smallm bench --shapes` and `selftest --shapes` take it beside the names.
+_SPEC_KEYS = {"D": "hidden", "E": "experts", "K": "slots", "I": "inter", "S": "shared"}
+SHAPE_SPEC_FORM = "D<hidden>-E<experts>-K<slots>-I<inter>[-S<shared>]"
+
+
+def shape_by_name(name: str) -> MoeShape:
+    """A registered shape by name, or one written as SHAPE_SPEC_FORM. Raises ValueError that names both."""
+    if name in SHAPES:
+        return SHAPES[name]
+    fields = {}
+    for part in name.split("-"):
+        key, digits = part[:1].upper(), part[1:]
+        if key not in _SPEC_KEYS or not digits.isdigit() or _SPEC_KEYS[key] in fields:
+            fields = None
+            break
+        fields[_SPEC_KEYS[key]] = int(digits)
+    if not fields or any(k not in fields for k in ("hidden", "experts", "slots", "inter")):
+        raise ValueError(f"unknown shape {name!r}: use one of {', '.join(SHAPES)} or {SHAPE_SPEC_FORM} "
+                         f"(e.g. D4096-E129-K5-I384-S1)")
+    shape = MoeShape(name, fields["hidden"], fields["experts"], fields["slots"], fields["inter"],
+                     fields.get("shared", 0), "given on the command line")
+    why = _spec_problem(shape)
+    if why:
+        raise ValueError(f"shape {name!r}: {why}")
+    return shape
+
+
+def _spec_problem(s: MoeShape) -> str:
+    if s.hidden % 128 or s.inter % 128 or s.hidden <= 0 or s.inter <= 0:
+        return f"D ({s.hidden}) and I ({s.inter}) must be positive multiples of 128"
+    if not 1 <= s.slots <= 16:
+        return f"K ({s.slots}) must be 1 to 16 slots"
+    if not 0 <= s.shared < s.slots:
+        return f"S ({s.shared}) must be fewer than K ({s.slots})"
+    if s.experts - s.shared < s.slots - s.shared:
+        return f"E ({s.experts}) leaves fewer routed experts than the routed slots ({s.slots - s.shared})"
+    return ""
