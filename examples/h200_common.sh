@@ -13,9 +13,10 @@ build() {  # the package for sm_90a (examples/h200_job.sh build); exits the job 
 }
 
 bench_formats() {  # bench_formats SUFFIX FP8_TOKENS MXFP4_TOKENS [VAR=value...]: `sglang-smallm bench`,
-  # Qwen3.5 TP4/TP8 row-major, FP8 then MXFP4, into $OUT/bench_<format>SUFFIX{,.log}; VAR=value for both
+  # BENCH_SHAPES (default Qwen3.5 TP4/TP8) row-major, FP8 then MXFP4, into $OUT/bench_<format>SUFFIX{,.log};
+  # VAR=value for both
   local sfx=$1 ft=$2 mt=$3; shift 3
-  local B="--shapes qwen35-tp4,qwen35-tp8 --layouts row_major"
+  local B="--shapes ${BENCH_SHAPES:-qwen35-tp4,qwen35-tp8} --layouts row_major"
   timeout 240 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_fp8_block128$sfx" $B --tokens "$ft" \
     --formats fp8_block128 > "$OUT/bench_fp8_block128$sfx.log" 2>&1
   timeout 200 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_mxfp4$sfx" $B --tokens "$mt" \

@@ -5,7 +5,8 @@
 # and edge), TESTS=1 the GPU tests (within TESTS_TIMEOUT s, default 240), MEMCHECK=1 compute-sanitizer,
 # TIMELINE (examples/timeline), BENCH (`sglang-smallm bench`, Qwen3.5 TP4/TP8 row-major: FP8 at
 # TOKENS, MXFP4 at MXTOKENS), PEER=1 SGLang's Triton FP8 peer (.peer/, carry [".peer"]) at TOKENS.
-# SELFTOKENS: the selftest also at these token counts (SELFSEEDS seeds, default SEEDS; every shape);
+# SELFTOKENS: the selftest also at these token counts (SELFSEEDS seeds, default SEEDS; SELFSHAPES, default every
+# registered shape; names or D-E-K-I specs); BENCH_SHAPES: the bench's shapes (default Qwen3.5 TP4/TP8);
 # MEMTOKENS: memcheck's token counts (default 1,8); MEMTIMEOUT its limit in s (default 120).
 # BENCH_AB=1: also a package built from a baseline tree's hip/ (.ab/base, made as in
 # h200_ab_job.sh; carry ".ab"), benched right after this tree's. NEW_ENVS (';'-separated settings, e.g.
@@ -28,7 +29,7 @@ if [ "${SELFTEST:-1}" = 1 ]; then
   tail -1 "$OUT/selftest_default.log"; grep -E " (FAIL|fail)" "$OUT/selftest_default.log" | head -5
   if [ -n "${SELFTOKENS:-}" ]; then
     timeout 200 python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds "${SELFSEEDS:-${SEEDS:-5}}" --tokens "$SELFTOKENS" \
-      > "$OUT/selftest_tokens.log" 2>&1
+      --shapes "${SELFSHAPES:-qwen35-tp4,qwen35-tp8,minimax-m3,qwen3-235b-tp4}" > "$OUT/selftest_tokens.log" 2>&1
     tail -1 "$OUT/selftest_tokens.log"; grep -E " (FAIL|fail)" "$OUT/selftest_tokens.log" | head -5
   fi
   timeout 60 python3 -m sglang_smallm_plugin.cli selftest --what edge > "$OUT/selftest_edge.log" 2>&1; tail -1 "$OUT/selftest_edge.log"
