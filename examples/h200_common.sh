@@ -13,14 +13,15 @@ build() {  # the package for sm_90a (examples/h200_job.sh build); exits the job 
 }
 
 bench_formats() {  # bench_formats SUFFIX FP8_TOKENS MXFP4_TOKENS [VAR=value...]: `sglang-smallm bench`,
-  # BENCH_SHAPES (default Qwen3.5 TP4/TP8) row-major, FP8 then MXFP4, into $OUT/bench_<format>SUFFIX{,.log};
-  # VAR=value for both
+  # BENCH_SHAPES (default Qwen3.5 TP4/TP8) row-major, FP8 then MXFP4 (a format with no token counts not
+  # at all), into $OUT/bench_<format>SUFFIX{,.log}; VAR=value for both
   local sfx=$1 ft=$2 mt=$3; shift 3
   local B="--shapes ${BENCH_SHAPES:-qwen35-tp4,qwen35-tp8} --layouts row_major"
-  timeout 240 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_fp8_block128$sfx" $B --tokens "$ft" \
+  [ -n "$ft" ] && timeout 240 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_fp8_block128$sfx" $B --tokens "$ft" \
     --formats fp8_block128 > "$OUT/bench_fp8_block128$sfx.log" 2>&1
-  timeout 200 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_mxfp4$sfx" $B --tokens "$mt" \
+  [ -n "$mt" ] && timeout 200 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_mxfp4$sfx" $B --tokens "$mt" \
     --formats mxfp4 > "$OUT/bench_mxfp4$sfx.log" 2>&1
+  return 0
 }
 
 tree_pkg() {  # tree_pkg HIPDIR TARGET LOG [JOBS]: in the background, this tree's package with HIPDIR as its

@@ -14,8 +14,8 @@
 # PEERTOKENS: the peer's token counts (default TOKENS). TLCASES: the timeline's cases, ';'-separated
 # "fmt tokens I" (default "0 1 256;0 8 256;1 1 256;0 1 128").
 source examples/h200_common.sh
-T=${TOKENS:-1,2,4,8}
-MT=${MXTOKENS:-$T}
+T=${TOKENS-1,2,4,8}  # TOKENS= (empty): no FP8 bench
+MT=${MXTOKENS-$T}
 [ "${BENCH_AB:-0}" = 1 ] && tree_pkg "$R/.ab/base/hip" /tmp/basepkg "$OUT/base_build.log"
 build
 [ "${TIMELINE:-1}" = 1 ] && ( nvcc -std=c++17 -arch=sm_90a -O3 -DSMALLM_TIMELINE -Ihip examples/timeline/timeline.cu -o /tmp/timeline > "$OUT/timeline_build.log" 2>&1 ) &

@@ -49,8 +49,9 @@ GATEUP_TEAMS = Switch("SMALLM_GATEUP_TEAMS", "",
                       "and when two one-team blocks would pass the 196 KB shared-memory carveout, else 1")
 DOWN_TEAMS = Switch("SMALLM_DOWN_TEAMS", "",
                     "A/B switch (CUDA, tensor-core down): 1 or 2 teams of 256 threads per block; unset: 2 "
-                    "from 22 token-slot pairs where I <= 256 (kDownTeamsNarrowMinPairs), from 33 where I is wider "
-                    "(kDownTeamsMinPairs), else 1")
+                    "from 22 token-slot pairs where I <= 256 (kDownTeamsNarrowMinPairs); where I is wider, from 2 tokens "
+                    "and 10 pairs (kDownTeamsWideMinPairs), but from 33 (kDownTeamsMinPairs) where a one-team grid "
+                    "gives each block one row-block (SMs < D/16 <= 2 SMs: D = 4096 on the H200); else 1")
 GATEUP_PER_SM = Switch("SMALLM_GATEUP_PER_SM", "",
                        "A/B switch (CUDA, tensor-core gate/up): at most n blocks a SM in its grid (with "
                        "SMALLM_GATEUP_TEAMS=1, SMALLM_DOWN_TEAMS=1 and SMALLM_DOWN_PER_SM=1 the down's blocks run beside it: "

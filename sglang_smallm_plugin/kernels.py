@@ -70,9 +70,11 @@ MMA_ROUTING_BYTES = 10624         # sizeof(MmaRouting) (hip/smallm_moe_twopass.h
 H200_SMS = 132                    # the SM count kernel_plan assumes where no CUDA device says otherwise
 TWO_BLOCK_CARVEOUT_BYTES = 196 * 1024  # kTwoBlockCarveoutBytes (hip/smallm_moe.hip)
 BLOCK_RESERVED_SMEM_BYTES = 1024       # kBlockReservedSmemBytes
-DOWN_TEAMS_MIN_PAIRS = 33              # kDownTeamsMinPairs: the tensor-core down in two teams from here,
-DOWN_TEAMS_NARROW_MAX_INTER = 256      # kDownTeamsNarrowMaxInter: ... or, for I up to this,
-DOWN_TEAMS_NARROW_MIN_PAIRS = 22       # kDownTeamsNarrowMinPairs: from here
+# The tensor-core down in two teams per block from these pairs (down_teams_rule):
+DOWN_TEAMS_NARROW_MAX_INTER = 256      # kDownTeamsNarrowMaxInter: for I up to this,
+DOWN_TEAMS_NARROW_MIN_PAIRS = 22       # kDownTeamsNarrowMinPairs: from here;
+DOWN_TEAMS_MIN_PAIRS = 33              # kDownTeamsMinPairs: wider I where one-team blocks hold one row-block each,
+DOWN_TEAMS_WIDE_MIN_PAIRS = 10         # kDownTeamsWideMinPairs: else from 2 tokens and at least this many pairs
 
 FP8_TEAMS_MIN_TOKENS = 2               # kFp8TeamsMinTokens: FP8 row-major gate/up with kJ = 8 in two teams from here
 # The FP8 gate/up by TMA tiles on wgmma (hip/smallm_gateup_tma.h; SMALLM_GATEUP_TMA=1, sm_90a builds)
@@ -287,9 +289,15 @@ def tma_fused_why_not(T: int, K: int, D: int, I: int, sms: int) -> str:
     return ""
 
 
-def down_teams_min_pairs(I: int) -> int:
-    """down_teams_min_pairs (hip/smallm_moe.hip): the pairs from which the tensor-core down runs two teams."""
-    return DOWN_TEAMS_NARROW_MIN_PAIRS if I <= DOWN_TEAMS_NARROW_MAX_INTER else DOWN_TEAMS_MIN_PAIRS
+def down_teams_rule(I: int, D: int, K: int, sms: int):
+    """down_teams_min_pairs (hip/smallm_moe.hip): the pairs from which the tensor-core down runs two
+    teams, and the rule's case in words."""
+    if I <= DOWN_TEAMS_NARROW_MAX_INTER:
+        return DOWN_TEAMS_NARROW_MIN_PAIRS, f"at I={I}"
+    nrb = D // DOWN_MMA_ROWS
+    if sms < nrb <= 2 * sms:
+        return DOWN_TEAMS_MIN_PAIRS, f"at I={I}, D={D}: one-team blocks would hold one row-block each"
+    return max(2 * K, DOWN_TEAMS_WIDE_MIN_PAIRS), f"at I={I}, D={D}: from 2 tokens"
 
 
 def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Optional[int] = None,
@@ -361,8 +369,8 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         forced = envs.DOWN_TEAMS.get().strip()[:1]
         if forced in ("1", "2"):
             down = f"down on tensor cores ({forced} team{'s' if forced == '2' else ''} per block: SMALLM_DOWN_TEAMS={forced})"
-        elif T * K >= (min_pairs := down_teams_min_pairs(I)):
-            down = f"down on tensor cores (2 teams per block: {T * K} pairs >= {min_pairs} at I={I})"
+        elif T * K >= (rule := down_teams_rule(I, D, K, sms or _device_sms()))[0]:
+            down = f"down on tensor cores (2 teams per block: {T * K} pairs >= {rule[0]} {rule[1]})"
         else:
             down = "down on tensor cores"
         if lo_bytes == 1:

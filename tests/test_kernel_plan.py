@@ -32,6 +32,7 @@ def test_constants_match_the_headers():
     assert kernels.DOWN_TEAMS_MIN_PAIRS == _cpp_const("kDownTeamsMinPairs")
     assert kernels.DOWN_TEAMS_NARROW_MAX_INTER == _cpp_const("kDownTeamsNarrowMaxInter")
     assert kernels.DOWN_TEAMS_NARROW_MIN_PAIRS == _cpp_const("kDownTeamsNarrowMinPairs")
+    assert kernels.DOWN_TEAMS_WIDE_MIN_PAIRS == _cpp_const("kDownTeamsWideMinPairs")
     assert kernels.FP8_TEAMS_MIN_TOKENS == _cpp_const("kFp8TeamsMinTokens")
     assert kernels.TMA_SLICE == _cpp_const("kTmaSlice") and kernels.TMA_WARPGROUPS == _cpp_const("kTmaWarpgroups")
     assert kernels.TMA_MAX_TOKENS == _cpp_const("kTmaMaxTokens") and kernels.TMA_MAX_PAIRS == _cpp_const("kTmaMaxPairs")
@@ -397,11 +398,27 @@ def test_two_team_gateup_fits_the_164_kb_carveout_at_19_tokens():
 @pytest.mark.parametrize("fmt, T, K, D, I, teams", [
     ("fp8_block128", 1, 11, 4096, 256, 1), ("fp8_block128", 2, 11, 4096, 256, 2),   # Qwen3.5 TP4: 11 / 22 pairs
     ("mxfp4", 2, 11, 4096, 128, 2),                                                 # Qwen3.5 TP8
-    ("mxfp4", 3, 8, 4096, 384, 1), ("mxfp4", 4, 8, 4096, 384, 1),                   # Qwen3-235B-like: 24, 32 pairs
-    ("mxfp4", 5, 8, 4096, 384, 2)])                                                 # 40 pairs
-def test_down_teams_rule_depends_on_the_intermediate_size(env, fmt, T, K, D, I, teams):
-    """Two down teams from 22 pairs where I <= 256 (Qwen3.5, "h200-s38" run 3), from 33 where I is wider
-    (Qwen3-235B-like MXFP4 slower with two teams at 24 and 32 pairs, run 5)."""
-    plan = kernels.kernel_plan("sm_90", fmt, T, K, D, I)
+    ("fp8_block128", 4, 5, 2048, 256, 1), ("mxfp4", 1, 11, 6144, 256, 1),          # I <= 256: 22 pairs at any D
+    ("mxfp4", 2, 8, 4096, 384, 1), ("mxfp4", 3, 8, 4096, 384, 1), ("mxfp4", 4, 8, 4096, 384, 1),  # Qwen3-235B-like
+    ("mxfp4", 5, 8, 4096, 384, 2),                                                 # 40 pairs >= 33
+    ("mxfp4", 4, 5, 4096, 384, 1),                                                 # D=4096: one row-block per one-team block
+    ("mxfp4", 1, 5, 6144, 384, 1), ("mxfp4", 2, 5, 6144, 384, 2),                  # MiniMax-M3-like: from 2 tokens
+    ("mxfp4", 1, 8, 6144, 384, 1), ("mxfp4", 2, 8, 6144, 384, 2),
+    ("mxfp4", 2, 5, 2048, 384, 2), ("mxfp4", 2, 8, 5120, 384, 2), ("mxfp4", 2, 5, 7168, 384, 2),
+    ("mxfp4", 4, 2, 6144, 384, 1), ("mxfp4", 5, 2, 6144, 384, 2)])                 # few slots: at least 10 pairs
+def test_down_teams_rule(env, fmt, T, K, D, I, teams):
+    """Two down teams from 22 pairs where I <= 256 (Qwen3.5, "h200-s38" run 3). Wider I from 2 tokens
+    (at least 10 pairs), except where a one-team grid gives each block one row-block (D / 16 in (SMs,
+    2 SMs], D = 4096 on the H200), which keeps 33: Qwen3-235B-like MXFP4 slower with two teams at 24 and 32
+    pairs ("h200-s38" run 5, "h200-s39" run 2), the other D faster from 2 tokens ("h200-s39" runs 2-3)."""
+    plan = kernels.kernel_plan("sm_90", fmt, T, K, D, I, sms=kernels.H200_SMS)
     assert ("down on tensor cores (2 teams per block:" in plan) == (teams == 2), plan
     assert "down on tensor cores" in plan, plan
+
+
+def test_down_teams_rule_follows_the_sm_count():
+    # D = 4096: 256 row-blocks; one row-block per one-team block where 128 <= SMs < 256
+    assert kernels.down_teams_rule(384, 4096, 8, 132)[0] == kernels.DOWN_TEAMS_MIN_PAIRS
+    assert kernels.down_teams_rule(384, 4096, 8, 114)[0] == 16       # H100 PCIe: uneven counts, from 2 tokens
+    assert kernels.down_teams_rule(384, 4096, 8, 256)[0] == 16       # one block a SM
+    assert kernels.down_teams_rule(256, 4096, 8, 114)[0] == kernels.DOWN_TEAMS_NARROW_MIN_PAIRS
