@@ -56,6 +56,11 @@ CAPS: Sequence[Cap] = (
     Cap("sm_90", FP8_BLOCK128, 256, 28, "H200 crossover vs SGLang Triton measured 2026-12-01 (split calls above 20; "
         "slower from 32)", hidden_max=4096),
     Cap("sm_90", FP8_BLOCK128, 256, 20, "H200: measured up to 20 tokens; the split calls above were measured at D=4096 only"),
+    # I=384 (Qwen3-235B-like at TP4), where the down runs on CUDA cores (the tensor-core down holds I <= 256
+    # for FP8): measured at D=4096, E=513, top-11 against the peer at I=384 ("h200-s39" run 6, us kernel
+    # vs shipped): 1 token 23.2 vs 37.5, 2: 47.8 vs 49.9, 4: 85.5 vs 75.2 and slower at every count up to 20.
+    Cap("sm_90", FP8_BLOCK128, 384, 2, "H200 crossover vs SGLang Triton measured 2026-12-03 at I=384 (faster at 1-2 "
+        "tokens, slower from 4)", hidden_max=4096),
     Cap("sm_90", FP8_BLOCK128, None, 0, "H200: not measured against SGLang Triton at this I"),
     Cap("sm_90", MXFP4, None, 48, "no SGLang MXFP4 runner on CUDA; kernel-only path"),
 )
