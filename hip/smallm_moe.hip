@@ -295,18 +295,19 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // 24.4-24.6 vs 24.0-24.1, TP8 15.9-16.0 vs 15.6-15.7, MXFP4 TP8 16.1 vs 15.7, MXFP4 TP4 23.3-23.5 vs
 // 23.5-23.6; at 1 token (11 pairs) one team did (FP8 15.9-16.0 vs 16.3, 11.7-11.8 vs 12.0; MXFP4 14.4
 // vs 14.6-14.7, 10.8 vs 10.9-11.0). Other D at I = 256 ("h200-s39" run 3) did not argue for a change:
-// D = 6144, top-11 MXFP4 one team 0.7 us faster at 11 pairs, level at 22, two 0.4-1.2 faster from 33;
-// FP8 level; D = 2048 top-5 FP8 one 1.1 faster at 5 pairs, level at 10-15, 0.2 slower at 20.
+// D = 6144, top-11 MXFP4 one team 0.7 us faster at 11 pairs, level at 22, two 0.4-1.2 faster from 33
+// (FP8 runs there on CUDA cores: D = 6144 is over the tensor-core kernels' steps); D = 2048 top-5 FP8
+// one team 1.1 faster at 5 pairs, level at 10-15, 0.2 slower at 20.
 // Wider I (MXFP4 at I = 384; FP8 runs that down on CUDA cores), "h200-s39" runs 2-3, three rounds: one
 // team at 1 token in every shape (0.1-1.1 us faster at 5-8 pairs); from 2 tokens two teams at every
 // D measured (2048, 5120, 6144, 7168: 0.3-10 us faster at 10-48 pairs, level at D = 7168 20 pairs)
-// except D = 4096: there top-8 (Qwen3-235B-like) was 0.3-0.6 us faster with one team at 24 and 32
-// pairs ("h200-s38" run 5 alike), level at 16, and top-5 level to 0.5 slower. At D = 4096 a one-team grid
-// gives each block exactly one row-block (D / 16 = 256 in (SMs, 2 SMs]), so two-team blocks, two
-// row-blocks each, give a warp no fewer jobs; outside that range one-team blocks run one a SM (D <= 16
-// SMs: 8 warps a SM) or own uneven row-block counts, and two teams gained. Wide I therefore takes two
-// teams from 2 tokens (and at least kDownTeamsWideMinPairs pairs, the fewest measured to gain) except
-// in that range, which keeps kDownTeamsMinPairs.
+// except D = 4096: there top-8 (Qwen3-235B-like) was 0-0.6 us faster with one team at 24 and 32 pairs
+// ("h200-s38" run 5: 0.3-0.5), level at 16, and top-5 with one team level to 0.5 slower. At D = 4096 a
+// one-team grid gives each block exactly one row-block (D / 16 = 256 in (SMs, 2 SMs]), so two-team
+// blocks, two row-blocks each, give a warp no fewer jobs; outside that range the one-team grid has
+// no more blocks than SMs (D / 16 <= SMs) or blocks with uneven row-block counts, and two teams gained.
+// Wide I therefore takes two teams from 2 tokens (and at least kDownTeamsWideMinPairs pairs, the fewest
+// measured to gain) except in that range, which keeps kDownTeamsMinPairs.
 constexpr int kDownTeamsMinPairs = 33;
 constexpr int kDownTeamsNarrowMaxInter = 256;
 constexpr int kDownTeamsNarrowMinPairs = 22;
