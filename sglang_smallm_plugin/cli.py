@@ -4,7 +4,7 @@ import argparse
 import sys
 
 from .calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16
-from .shapes import SHAPE_SPEC_FORM, SHAPES
+from .shapes import SHAPE_SPEC_FORM, SHAPES, shape_by_name
 
 
 def _csv(s, conv=str):
@@ -13,8 +13,6 @@ def _csv(s, conv=str):
 
 def _shapes(s):
     """The --shapes names, each a registered shape or a D-E-K-I spec; a bad one ends the command with why."""
-    from .shapes import shape_by_name
-
     names = _csv(s)
     for name in names:
         try:

@@ -80,8 +80,15 @@ def shape_by_name(name: str) -> MoeShape:
 
 
 def _spec_problem(s: MoeShape) -> str:
+    """Why the kernel cannot take a given shape at all (its per-call limits, as the gate's), or ""."""
+    from .gate import MAX_EXPERTS, MAX_INTER
+
     if s.hidden % 128 or s.inter % 128 or s.hidden <= 0 or s.inter <= 0:
         return f"D ({s.hidden}) and I ({s.inter}) must be positive multiples of 128"
+    if s.inter > MAX_INTER:
+        return f"I ({s.inter}) is over the kernel's {MAX_INTER}"
+    if s.experts > MAX_EXPERTS:
+        return f"E ({s.experts}) is over the kernel's {MAX_EXPERTS} experts"
     if not 1 <= s.slots <= 16:
         return f"K ({s.slots}) must be 1 to 16 slots"
     if not 0 <= s.shared < s.slots:
