@@ -1023,7 +1023,7 @@ struct DownMmaLoads {
   uint32_t b[2][kCh == 2 ? 2 : 1];
 };
 
-// kTeams = 2: 512 threads (16 warps) per block, from 33 pairs on (launch_down_mma_teams): both teams
+// kTeams = 2: 512 threads (16 warps) per block, from down_teams_min_pairs (hip/smallm_moe.hip): both teams
 // share the routing, the h stage and y, and take the jobs in turn, so twice the W2 is in flight per
 // block (from about 8 tokens at TP4 the h stage holds the SM to one block).
 template <int Fmt, int Layout, int kTeams, bool kLo8, int kCh>
