@@ -318,6 +318,7 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
     if not (cuda and envs.MMA.enabled()):
         why = "no tensor-core path for this arch" if envs.MMA.enabled() else "SMALLM_MMA=0"
         return f"two-pass (variant 5): gate/up and down on CUDA cores ({why})"
+    sms = sms or _device_sms()  # once, for every tensor-core choice below (and the split calls' plans)
     x_bytes, step = gateup_x_stage_bytes(T, D), _mma_step_values(fmt)
     forced_most = _split_tokens_setting()
     part = mma_split_tokens(fmt, T, K, D, forced_most)
@@ -330,9 +331,9 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         return (f"two-pass (variant 5): gate/up and down on CUDA cores ({_mma_over(T, K, D, fmt)}"
                 f"{': SMALLM_MMA_SPLIT=0' if part else ''})")
     forced = envs.GATEUP_TEAMS.get().strip()[:1]  # the launcher reads the first character
-    tma_no = gateup_tma_why_not(arch, fmt, layout, T, K, D, I, sms or _device_sms(), build)
+    tma_no = gateup_tma_why_not(arch, fmt, layout, T, K, D, I, sms, build)
     fused = not tma_no and envs.GATEUP_TMA.get().strip()[:1] == "3"
-    fused_no = tma_fused_why_not(T, K, D, I, sms or _device_sms()) if fused else ""
+    fused_no = tma_fused_why_not(T, K, D, I, sms) if fused else ""
     if fused and not fused_no:
         return ("one kernel by TMA tiles on wgmma (SMALLM_GATEUP_TMA=3: experiment): the gate/up's FP8 sums to "
                 "fp32 per 32-k step, each expert's down as soon as its h is whole, h as three e4m3 parts")
@@ -358,7 +359,7 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
     if fmt == MXFP4:  # gateup_mma_job: lane scales where a warp holds four steps, chosen per job (deterministic)
         scales = ("; gate/up e8m0 per lane on fp32 sums for an expert with one pair, in f16 relative to a quad's "
                   "largest for more" if _gateup_mma_kj(fmt, D) == 4 else "; gate/up e8m0 in f16 relative to a quad's largest")
-    lo_bytes, lo_why = down_mma_lo_bytes(fmt, T * K, I, D, sms or _device_sms())
+    lo_bytes, lo_why = down_mma_lo_bytes(fmt, T * K, I, D, sms)
     if not envs.MMA_DOWN.enabled():
         down = "down on CUDA cores (SMALLM_MMA_DOWN=0)"
     elif I % 128 or _down_mma_chunks(fmt, I) > DOWN_MMA_CHUNKS:
@@ -369,7 +370,7 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         forced = envs.DOWN_TEAMS.get().strip()[:1]
         if forced in ("1", "2"):
             down = f"down on tensor cores ({forced} team{'s' if forced == '2' else ''} per block: SMALLM_DOWN_TEAMS={forced})"
-        elif T * K >= (rule := down_teams_rule(I, D, K, sms or _device_sms()))[0]:
+        elif T * K >= (rule := down_teams_rule(I, D, K, sms))[0]:
             down = f"down on tensor cores (2 teams per block: {T * K} pairs >= {rule[0]} {rule[1]})"
         else:
             down = "down on tensor cores"
