@@ -21,22 +21,24 @@ SMALLM_TWOPASS(kMxfp4, kRowMajor)
 SMALLM_TWOPASS(kMxfp4, kShuffle16x16)
 #undef SMALLM_TWOPASS
 #if !defined(SMALLM_HIP)
-#define SMALLM_MMA_DOWN(F, L, C)                                                \
-  template __global__ void smallm_down_mma_kernel<F, L, 1, false, C>(MoeArgs); \
-  template __global__ void smallm_down_mma_kernel<F, L, 2, false, C>(MoeArgs); \
-  template __global__ void smallm_down_mma_kernel<F, L, 1, true, C>(MoeArgs);  \
-  template __global__ void smallm_down_mma_kernel<F, L, 2, true, C>(MoeArgs);
+#define SMALLM_MMA_DOWN(F, L, C, S)                                                \
+  template __global__ void smallm_down_mma_kernel<F, L, 1, false, C, S>(MoeArgs); \
+  template __global__ void smallm_down_mma_kernel<F, L, 2, false, C, S>(MoeArgs); \
+  template __global__ void smallm_down_mma_kernel<F, L, 1, true, C, S>(MoeArgs);  \
+  template __global__ void smallm_down_mma_kernel<F, L, 2, true, C, S>(MoeArgs);
 #define SMALLM_MMA(F, L)                                                  \
   template __global__ void smallm_gateup_mma_kernel<F, L, 4, 1>(MoeArgs); \
   template __global__ void smallm_gateup_mma_kernel<F, L, 8, 1>(MoeArgs); \
   template __global__ void smallm_gateup_mma_kernel<F, L, 4, 2>(MoeArgs); \
   template __global__ void smallm_gateup_mma_kernel<F, L, 8, 2>(MoeArgs); \
-  SMALLM_MMA_DOWN(F, L, 2)                                                \
-  SMALLM_MMA_DOWN(F, L, kDownMmaChunks)
+  SMALLM_MMA_DOWN(F, L, 2, false)                                         \
+  SMALLM_MMA_DOWN(F, L, kDownMmaChunks, false)
 SMALLM_MMA(kFp8Block128, kRowMajor)
 SMALLM_MMA(kFp8Block128, kShuffle16x16)
 SMALLM_MMA(kMxfp4, kRowMajor)
 SMALLM_MMA(kMxfp4, kShuffle16x16)
+SMALLM_MMA_DOWN(kFp8Block128, kRowMajor, 2, true)  // FP8 jobs split along I (down_mma_split)
+SMALLM_MMA_DOWN(kFp8Block128, kShuffle16x16, 2, true)
 #undef SMALLM_MMA
 #undef SMALLM_MMA_DOWN
 #define SMALLM_TMA(NT)                                                                               \
@@ -251,14 +253,15 @@ int down_mma_lo_bytes(const smallm::MoeArgs& a) {
 }
 
 // Down on tensor cores (smallm_down_mma_kernel): h staged as halves in dynamic shared memory (kLo8: the
-// lo half as e5m2); blocks of kTeams teams of 256 threads; each job's loads hold kCh chunks of I.
-template <int Fmt, int Layout, int kTeams, bool kLo8, int kCh>
+// lo half as e5m2); blocks of kTeams teams of 256 threads; each job's loads hold kCh chunks of I
+// (kSplit: a job's parts of kCh chunks each, down_mma_split).
+template <int Fmt, int Layout, int kTeams, bool kLo8, int kCh, bool kSplit>
 int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
   using namespace smallm;
-  auto kernel = smallm_down_mma_kernel<Fmt, Layout, kTeams, kLo8, kCh>;
-  // The kernel reads kCh chunks of I: given an I of more it would skip the rest; its routing holds
-  // kMmaMaxPairs pairs (dispatch bugs).
-  if (down_mma_chunks<Fmt>(a0.I) > kCh) return 6;
+  auto kernel = smallm_down_mma_kernel<Fmt, Layout, kTeams, kLo8, kCh, kSplit>;
+  // The kernel reads kCh chunks of I (kSplit: its h stage up to kDownSplitChunks, in parts of kCh): given
+  // an I of more it would skip the rest; its routing holds kMmaMaxPairs pairs (dispatch bugs).
+  if (down_mma_chunks<Fmt>(a0.I) > (kSplit ? kDownSplitChunks : kCh) || kSplit != down_mma_split<Fmt>(a0.I)) return 6;
   if (a0.T * a0.K > kMmaMaxPairs) return 7;
   static Capacity table[kMaxDevices], table_smem[kMaxDevices];
   static int raised[kMaxDevices] = {0};
@@ -298,7 +301,7 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // D = 6144, top-11 MXFP4 one team 0.7 us faster at 11 pairs, level at 22, two 0.4-1.2 faster from 33
 // (FP8 runs there on CUDA cores: D = 6144 is over the tensor-core kernels' steps); D = 2048 top-5 FP8
 // one team 1.1 faster at 5 pairs, level at 10-15, 0.2 slower at 20.
-// Wider I (MXFP4 at I = 384; FP8 runs that down on CUDA cores), "h200-s39" runs 2-3, three rounds: one
+// Wider I (MXFP4 at I = 384; FP8 then ran that down on CUDA cores), "h200-s39" runs 2-3, three rounds: one
 // team at 1 token in every shape (0.1-1.1 us faster at 5-8 pairs); from 2 tokens two teams at every
 // D measured (2048, 5120, 6144, 7168: 0.3-10 us faster at 10-48 pairs, level at D = 7168 20 pairs)
 // except D = 4096: there top-8 (Qwen3-235B-like) was 0-0.6 us faster with one team at 24 and 32 pairs
@@ -308,36 +311,47 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // no more blocks than SMs (D / 16 <= SMs) or blocks with uneven row-block counts, and two teams gained.
 // Wide I therefore takes two teams from 2 tokens (and at least kDownTeamsWideMinPairs pairs, the fewest
 // measured to gain) except in that range, which keeps kDownTeamsMinPairs.
+// FP8 jobs split along I (split: I = 384 in three parts) have no such exception: at D = 4096 two teams
+// were faster from 2 tokens ("h200-s40" run 4, three interleaved rounds, us one vs two teams):
+// Qwen3-235B-like 2 tokens (16 pairs) 27.7-27.8 vs 27.3-27.5, 3 (24) 37.9-38.1 vs 37.2-37.3, 4 (32)
+// 48.0-48.1 vs 46.7-46.8; Qwen3.5's D/E/K at I = 384, 2 tokens (22) 36.3-36.4 vs 35.5-35.7; one team at
+// 1 token (17.4 vs 18.0-18.1; 23.6 vs 24.1-24.2).
 constexpr int kDownTeamsMinPairs = 33;
 constexpr int kDownTeamsNarrowMaxInter = 256;
 constexpr int kDownTeamsNarrowMinPairs = 22;
 constexpr int kDownTeamsWideMinPairs = 10;
-int down_teams_min_pairs(int I, int D, int K, int sms) {
+int down_teams_min_pairs(int I, int D, int K, int sms, bool split) {
   if (I <= kDownTeamsNarrowMaxInter) return kDownTeamsNarrowMinPairs;
   const int nrb = D / smallm::kDownMmaRows;
-  if (nrb > sms && nrb <= 2 * sms) return kDownTeamsMinPairs;  // one-team blocks: one row-block each
+  if (!split && nrb > sms && nrb <= 2 * sms) return kDownTeamsMinPairs;  // one-team blocks: one row-block each
   return 2 * K > kDownTeamsWideMinPairs ? 2 * K : kDownTeamsWideMinPairs;
 }
-template <int Fmt, int Layout, int kCh>
+template <int Fmt, int Layout, int kCh, bool kSplit>
 int launch_down_mma_teams_ch(const smallm::MoeArgs& a, bool lo8, gpuStream_t stream) {
   static const char* forced = getenv("SMALLM_DOWN_TEAMS");
   int dev = 0, sms = 0;
   if (const int err = current_device_sms(dev, sms)) return err;
-  int teams = a.T * a.K >= down_teams_min_pairs(a.I, a.D, a.K, sms) ? 2 : 1;
+  int teams = a.T * a.K >= down_teams_min_pairs(a.I, a.D, a.K, sms, kSplit) ? 2 : 1;
   if (forced && (forced[0] == '1' || forced[0] == '2')) teams = forced[0] - '0';
   if (teams == 2)
-    return lo8 ? launch_down_mma<Fmt, Layout, 2, true, kCh>(a, stream) : launch_down_mma<Fmt, Layout, 2, false, kCh>(a, stream);
-  return lo8 ? launch_down_mma<Fmt, Layout, 1, true, kCh>(a, stream) : launch_down_mma<Fmt, Layout, 1, false, kCh>(a, stream);
+    return lo8 ? launch_down_mma<Fmt, Layout, 2, true, kCh, kSplit>(a, stream)
+               : launch_down_mma<Fmt, Layout, 2, false, kCh, kSplit>(a, stream);
+  return lo8 ? launch_down_mma<Fmt, Layout, 1, true, kCh, kSplit>(a, stream)
+             : launch_down_mma<Fmt, Layout, 1, false, kCh, kSplit>(a, stream);
 }
 // Where I takes at most two chunks (MXFP4 to I = 256, FP8 to 128), the kernel whose jobs hold two
 // chunks, three jobs' W2 in flight per warp instead of two (smallm::down_mma_ring_chunks).
-// SMALLM_DOWN_RING=2 forces the two-job ring (A/B runs).
+// SMALLM_DOWN_RING=2 forces the two-job ring (A/B runs). FP8 over four chunks (I > 256) takes the split
+// kernel, whose jobs hold two chunks (SMALLM_DOWN_RING does not apply).
 template <int Fmt, int Layout>
 int launch_down_mma_teams(const smallm::MoeArgs& a, bool lo8, gpuStream_t stream) {
   static const char* forced = getenv("SMALLM_DOWN_RING");
+  if constexpr (Fmt == smallm::kFp8Block128) {
+    if (smallm::down_mma_split<Fmt>(a.I)) return launch_down_mma_teams_ch<Fmt, Layout, 2, true>(a, lo8, stream);
+  }
   if (smallm::down_mma_ring_chunks<Fmt>(a.I) == 2 && !(forced && forced[0] == '2'))
-    return launch_down_mma_teams_ch<Fmt, Layout, 2>(a, lo8, stream);
-  return launch_down_mma_teams_ch<Fmt, Layout, smallm::kDownMmaChunks>(a, lo8, stream);
+    return launch_down_mma_teams_ch<Fmt, Layout, 2, false>(a, lo8, stream);
+  return launch_down_mma_teams_ch<Fmt, Layout, smallm::kDownMmaChunks, false>(a, lo8, stream);
 }
 #endif
 

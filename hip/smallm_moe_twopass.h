@@ -939,6 +939,10 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
 // down_mma_ring_chunks; else two), all loaded before the wait for the gate/up kernel.
 constexpr int kDownMmaRows = 16;           // output rows per row-block (one MMA tile)
 constexpr int kDownMmaChunks = 4;          // chunks of I per job: I <= 256 (FP8), 512 (MXFP4)
+// FP8 over kDownMmaChunks chunks (I = 384, 512: Qwen3-235B-like at TP4) splits each job along I into
+// parts of two chunks (one 128-wide scale block), taken in turn by the warp that holds the job, the
+// parts' sums added to its y in order (kSplit); its h stage holds up to kDownSplitChunks chunks.
+constexpr int kDownSplitChunks = 8;
 // The down's dynamic shared memory (y, 2^e_p, routing weights, staged h) may take what an sm_90 block
 // can have beside its static MmaRouting. The launcher checks it at the smallest grid it may pick (one
 // block per SM, down_mma_smem_at); from about 90 KB one block fits an SM. Qwen3.5 TP4 at 20 tokens
@@ -972,17 +976,22 @@ __host__ __device__ inline int down_mma_chunks(int I) {
   return (I + mma_step_values<Fmt>() - 1) / mma_step_values<Fmt>();
 }
 // I within the MMA chunks this kernel unrolls (the shared-memory check is the launcher's)
+// FP8 whose I passes kDownMmaChunks chunks: jobs split along I (kSplit)
+template <int Fmt>
+__host__ __device__ inline bool down_mma_split(int I) {
+  return Fmt == kFp8Block128 && down_mma_chunks<Fmt>(I) > kDownMmaChunks;
+}
 template <int Fmt>
 __host__ __device__ inline bool down_mma_takes(int I) {
-  return I % 128 == 0 && down_mma_chunks<Fmt>(I) <= kDownMmaChunks;
+  return I % 128 == 0 && down_mma_chunks<Fmt>(I) <= (Fmt == kFp8Block128 ? kDownSplitChunks : kDownMmaChunks);
 }
 // Chunks of I a job's loads hold (the kernel's kCh): 2 where I takes at most two (each warp then keeps
 // three jobs' W2 in flight, its registers no more than two jobs of four chunks: Qwen3.5 MXFP4 TP4 16
 // tokens 153.3 -> 147.2 us, 20: 201.0 -> 187.3; FP8 TP8 16: 84.0 -> 81.9; examples/results "h200-ab6"
-// runs 3-4), else kDownMmaChunks (two jobs).
+// runs 3-4), else kDownMmaChunks (two jobs); split jobs (down_mma_split) hold two.
 template <int Fmt>
 __host__ __device__ inline int down_mma_ring_chunks(int I) {
-  return down_mma_chunks<Fmt>(I) <= 2 ? 2 : kDownMmaChunks;
+  return down_mma_chunks<Fmt>(I) <= 2 || down_mma_split<Fmt>(I) ? 2 : kDownMmaChunks;
 }
 __host__ __device__ inline int down_mma_exp_floats(int N) { return (N + 3) / 4 * 4; }  // 2^e_p per pair, 16-byte padded
 // lo_bytes: 2 (lo as f16) or 1 (kLo8: lo as e5m2)
@@ -1026,7 +1035,12 @@ struct DownMmaLoads {
 // kTeams = 2: 512 threads (16 warps) per block, from down_teams_min_pairs (hip/smallm_moe.hip): both teams
 // share the routing, the h stage and y, and take the jobs in turn, so twice the W2 is in flight per
 // block (from about 8 tokens at TP4 the h stage holds the SM to one block).
-template <int Fmt, int Layout, int kTeams, bool kLo8, int kCh>
+// kSplit (FP8, I over kDownMmaChunks chunks): a job (row-block, expert) is taken in parts of kCh = 2
+// chunks along I, all by one warp, in order: job index jj holds part (jj / B) % P of job
+// (jj / (B P)) B + jj % B (B: the block's warps, P: the parts), so a warp's ring holds a job's parts
+// one after another and each part adds its sums to the y that the part before wrote (same lane, same
+// element: no sync, the same order every run).
+template <int Fmt, int Layout, int kTeams, bool kLo8, int kCh, bool kSplit>
 __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
 #if defined(SMALLM_MMA_F16)  // instantiated for CUDA only (the package builds sm_90a)
   using F = Format<Fmt>;
@@ -1035,6 +1049,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   constexpr int kCv = mma_step_values<Fmt>();  // values of I per chunk
   constexpr int rb = kDownMmaRows;
   static_assert(kCh == 2 || kCh == kDownMmaChunks, "chunks a job's loads hold: 2 or kDownMmaChunks");
+  static_assert(!kSplit || (!kFp4 && kCh == 2), "jobs split along I: FP8, parts of two chunks (a scale block)");
   constexpr int kDepth = kCh == 2 ? 3 : 2;  // jobs' W2 in flight per warp (down_mma_ring_chunks)
   // MXFP4 with two chunks: every MMA takes one e8m0 block, its sums scaled in fp32 (four chunks'
   // scales, 32 bytes per row and job, would not fit the registers beside the ring)
@@ -1059,9 +1074,26 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   float* tws = hexp + down_mma_exp_floats(N);
   uint16_t* hhi = reinterpret_cast<uint16_t*>(tws + down_mma_exp_floats(N));
   uint8_t* hlo8 = reinterpret_cast<uint8_t*>(hhi + N * hst);  // kLo8: lo as e5m2 (f16 lo: rows of hhi, stage_row)
-  const int nd = R.nd, njobs = nloc * nd;
+  const int nd = R.nd, nwhole = nloc * nd;
+  // kSplit: jobs are parts (part_of); njobs covers whole rounds of the block's warps, each job checked
+  // against nwhole (job_ok)
+  const int nparts = kSplit ? nch / kCh : 1;
+  const int njobs = kSplit ? (nwhole + kBlockWarps - 1) / kBlockWarps * kBlockWarps * nparts : nwhole;
+  struct Part {
+    int whole, c0;  // the job (row-block, expert) and its first chunk of I
+  };
+  auto part_of = [&](int jj) -> Part {
+    if constexpr (kSplit) {
+      const int r = jj / kBlockWarps, p = r % nparts;
+      return {(r / nparts) * kBlockWarps + jj % kBlockWarps, p * kCh};
+    } else {
+      return {jj, 0};
+    }
+  };
+  auto job_ok = [&](int jj) { return jj < njobs && (!kSplit || part_of(jj).whole < nwhole); };
   auto issue = [&](int jj, Loads& L) {
-    const int i = jj / nd, u = jj - i * nd;
+    const Part P = part_of(jj);
+    const int i = P.whole / nd, u = P.whole - i * nd, c0 = P.c0;
     const int row0 = (b + G * i) * rb, e = R.id[R.ulead[u]];
     const uint8_t* wb = a.w2 + (size_t)e * a.D * rowb2;
     if constexpr (kBlockMma) {
@@ -1081,9 +1113,9 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
     } else {
 #pragma unroll
       for (int c = 0; c < kCh; ++c) {
-        if (c < nch) {
-          L.v[0][c] = load_weights(wb + vec_offset<Layout>(row0 + g, 4 * c + q, rowb2));
-          L.v[1][c] = load_weights(wb + vec_offset<Layout>(row0 + g + 8, 4 * c + q, rowb2));
+        if (c0 + c < nch) {
+          L.v[0][c] = load_weights(wb + vec_offset<Layout>(row0 + g, 4 * (c0 + c) + q, rowb2));
+          L.v[1][c] = load_weights(wb + vec_offset<Layout>(row0 + g + 8, 4 * (c0 + c) + q, rowb2));
         }
       }
       if constexpr (kFp4) {
@@ -1098,14 +1130,14 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
       } else {
 #pragma unroll
         for (int kb = 0; kb < kCh / 2; ++kb)
-          if (2 * kb < nch) L.s[kb] = F::template scale<Layout>(a.s2, e, a.D, a.I, row0, 8 * kb);
+          if (c0 + 2 * kb < nch) L.s[kb] = F::template scale<Layout>(a.s2, e, a.D, a.I, row0, 4 * c0 + 8 * kb);
       }
     }
   };
   Loads ring[kDepth];
   auto prologue = [&](auto K) {
     constexpr int k = decltype(K)::value;
-    if (w + k * kBlockWarps < njobs) issue(w + k * kBlockWarps, ring[k]);
+    if (job_ok(w + k * kBlockWarps)) issue(w + k * kBlockWarps, ring[k]);
   };
   StaticFor<0, kDepth>::run(prologue);
   SMALLM_TL_MARK(1, kTlDownIssued);
@@ -1124,11 +1156,11 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   const int lrow0 = down_mma_lo_row0(N);
   auto stage_row = [&](int i, bool lo) { return kLo8 ? i : kFp4 ? (lo ? lrow0 + i : i) : 2 * i + lo; };
   constexpr int kLv = kFp4 ? 8 : 4, kPass = kWarp * kLv;  // values per lane and pass; values per pass
-  constexpr int kPasses = kDownMmaChunks * kCv / kPass;
+  constexpr int kPasses = (kSplit ? kDownSplitChunks : kDownMmaChunks) * kCv / kPass;
   // A warp loads kHGroup pairs' h before converting any (one round trip per group, not per pair:
   // per pair they were 5.5 us at T = 8, examples/results "h200-timeline"), as many as the registers
-  // beside the two jobs' W2 hold without spilling.
-  constexpr int kHGroup = kFp4 ? 2 : 4;
+  // beside the two jobs' W2 hold without spilling (kSplit: twice the passes, half the pairs).
+  constexpr int kHGroup = kFp4 || kSplit ? 2 : 4;
   const int nvalid = R.ucnt[nd];  // pairs with a valid expert: plist's length
   for (int i0 = w; i0 < nvalid; i0 += kBlockWarps * kHGroup) {
     float v[kHGroup][kPasses][kLv];
@@ -1217,7 +1249,8 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   }
 #endif
   auto compute = [&](int jj, Loads& L) {
-    const int i = jj / nd, u = jj - i * nd;
+    const Part P = part_of(jj);
+    const int i = P.whole / nd, u = P.whole - i * nd, c0 = P.c0;
     const int beg = R.ucnt[u], M = R.ucnt[u + 1] - beg;
     for (int m0 = 0; m0 < M; m0 += kMmaPairs) {
       const int mc = imin(kMmaPairs, M - m0);
@@ -1284,7 +1317,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
       } else {
 #pragma unroll
         for (int kb = 0; kb < kCh / 2; ++kb) {
-          if (2 * kb < nch) {
+          if (c0 + 2 * kb < nch) {
             // the scale block's two chunks accumulate in two chains (4 MMAs deep each)
             float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cs2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -1295,7 +1328,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
               Vec16 bv[2] = {};
               if (live) {
 #pragma unroll
-                for (int z = 0; z < 2; ++z) bv[z] = b_vec(kCv * ch + 8 * z);
+                for (int z = 0; z < 2; ++z) bv[z] = b_vec(kCv * (c0 + ch) + 8 * z);
               }
 #pragma unroll
               for (int mi = 0; mi < 4; ++mi) {
@@ -1315,8 +1348,14 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
       if (q < mc) {
         const int pq = R.plist[beg + m0 + q];
         const float sc = hexp[pq] * (kBlockMma ? 16384.0f : 1.0f);  // kBlockMma: the decoded weights' 2^14
-        ys[(i * N + pq) * rb + g] = (c[0] + c[1]) * sc;
-        ys[(i * N + pq) * rb + g + 8] = (c[2] + c[3]) * sc;
+        float* yp = ys + (i * N + pq) * rb + g;
+        if (kSplit && c0 > 0) {  // a later part: onto the sums this lane stored for the parts before
+          yp[0] += (c[0] + c[1]) * sc;
+          yp[8] += (c[2] + c[3]) * sc;
+        } else {
+          yp[0] = (c[0] + c[1]) * sc;
+          yp[8] = (c[2] + c[3]) * sc;
+        }
       }
     }
   };
@@ -1324,10 +1363,10 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
     auto one = [&](auto K) {  // set k holds job jj + k B; once computed it takes job jj + (k + kDepth) B
       constexpr int k = decltype(K)::value;
       const int j = jj + k * kBlockWarps;
-      if (j < njobs) {
+      if (job_ok(j)) {
         compute(j, ring[k]);
         if (j == 0) SMALLM_TL_MARK(1, kTlJob0Mma);  // warp 0's first job computed (timeline harness)
-        if (j + kDepth * kBlockWarps < njobs) issue(j + kDepth * kBlockWarps, ring[k]);
+        if (job_ok(j + kDepth * kBlockWarps)) issue(j + kDepth * kBlockWarps, ring[k]);
       }
     };
     StaticFor<0, kDepth>::run(one);

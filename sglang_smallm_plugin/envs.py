@@ -51,7 +51,8 @@ DOWN_TEAMS = Switch("SMALLM_DOWN_TEAMS", "",
                     "A/B switch (CUDA, tensor-core down): 1 or 2 teams of 256 threads per block; unset: 2 "
                     "from 22 token-slot pairs where I <= 256 (kDownTeamsNarrowMinPairs); where I is wider, from 2 tokens "
                     "and 10 pairs (kDownTeamsWideMinPairs), but from 33 (kDownTeamsMinPairs) where a one-team grid "
-                    "gives each block one row-block (SMs < D/16 <= 2 SMs: D = 4096 on the H200); else 1")
+                    "gives each block one row-block (SMs < D/16 <= 2 SMs: D = 4096 on the H200) unless FP8 jobs are split "
+                    "along I (I > 256); else 1")
 GATEUP_PER_SM = Switch("SMALLM_GATEUP_PER_SM", "",
                        "A/B switch (CUDA, tensor-core gate/up): at most n blocks a SM in its grid (with "
                        "SMALLM_GATEUP_TEAMS=1, SMALLM_DOWN_TEAMS=1 and SMALLM_DOWN_PER_SM=1 the down's blocks run beside it: "
@@ -67,7 +68,8 @@ DOWN_LO8 = Switch("SMALLM_DOWN_LO8", "",
 DOWN_RING = Switch("SMALLM_DOWN_RING", "",
                    "A/B switch (CUDA, tensor-core down): 2 keeps two jobs' weights in flight per warp also where I "
                    "takes at most two chunks (MXFP4 then also scales in f16 relative to the largest of 128 values instead "
-                   "of per block in fp32); unset: three there (MXFP4 to I=256, FP8 to 128), else two")
+                   "of per block in fp32); unset: three there (MXFP4 to I=256, FP8 to 128) and for FP8 over I=256, whose "
+                   "jobs are split along I in parts of two chunks (the switch does not apply there), else two")
 MMA_SPLIT = Switch("SMALLM_MMA_SPLIT", "1",
                    "A/B switch (CUDA, variant 5): 0 runs calls whose x is over the tensor-core gate/up's f16 stage "
                    "(over 20 tokens at D=4096), or whose token-slot pairs are over the 320 of the tensor-core "

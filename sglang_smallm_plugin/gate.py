@@ -56,11 +56,15 @@ CAPS: Sequence[Cap] = (
     Cap("sm_90", FP8_BLOCK128, 256, 28, "H200 crossover vs SGLang Triton measured 2026-12-01 (split calls above 20; "
         "slower from 32)", hidden_max=4096),
     Cap("sm_90", FP8_BLOCK128, 256, 20, "H200: measured up to 20 tokens; the split calls above were measured at D=4096 only"),
-    # I=384 (Qwen3-235B-like at TP4), where the down runs on CUDA cores (the tensor-core down holds I <= 256
-    # for FP8): measured at D=4096, E=513, top-11 against the peer at I=384 ("h200-s39" run 6, us kernel
-    # vs shipped): 1 token 23.2 vs 37.5, 2: 47.8 vs 49.9, 4: 85.5 vs 75.2 and slower at every count up to 20.
-    Cap("sm_90", FP8_BLOCK128, 384, 2, "H200 crossover vs SGLang Triton measured 2026-12-03 at I=384 (faster at 1-2 "
-        "tokens, slower from 4)", hidden_max=4096),
+    # I=384 (Qwen3-235B-like at TP4): measured at D=4096, E=513, top-11 against the peer at I=384. With the
+    # down's jobs split along I on tensor cores (since the fortieth session; "h200-s40" runs 1 and 3, us
+    # kernel vs shipped): 1 token 23.5 vs 37.6, 2: 36.1 vs 50.0, 4: 61.8 vs 75.1, 8: 110.8 vs 129.0 and
+    # 109.9 vs 125.3, 10: 132.7 vs 158.2, 12: 170.8 vs 178.1 and 166.9 vs 175.2, 13: 179.8 vs 181.8 (one
+    # job, 1 %), 14: 192.7 vs 189.3; from 15 tokens at top-11 the down's h no longer fits a block and runs
+    # on CUDA cores (271.4 vs 204.7). The cap is 12, the last count both jobs found faster. (With the down
+    # on CUDA cores the cap was 2: "h200-s39" run 6.)
+    Cap("sm_90", FP8_BLOCK128, 384, 12, "H200 crossover vs SGLang Triton measured 2026-12-03 at I=384 (faster at 1-12 "
+        "tokens in two jobs, level at 13-14, slower from 15)", hidden_max=4096),
     Cap("sm_90", FP8_BLOCK128, None, 0, "H200: not measured against SGLang Triton at this I"),
     Cap("sm_90", MXFP4, None, 48, "no SGLang MXFP4 runner on CUDA; kernel-only path"),
 )

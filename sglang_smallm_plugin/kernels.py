@@ -63,7 +63,8 @@ X_STAGE_BYTES = 160 * 1024        # kXStageBytes: x as f16 for the tensor-core g
 DOWN_MMA_SMEM_BYTES = 207 * 1024  # kDownMmaSmemBytes: the tensor-core down's y, 2^e, weights and h (hi + lo)
 DOWN_MMA_ROWS = 16                # kDownMmaRows: output rows per row-block of the tensor-core down
 MAX_YS_MMA_BYTES = 32 * 1024      # kMaxYsMmaBytes: its launcher adds blocks until a block's y fits
-DOWN_MMA_CHUNKS = 4               # kDownMmaChunks: I <= step * 4 for the tensor-core down
+DOWN_MMA_CHUNKS = 4               # kDownMmaChunks: I <= step * 4 for the tensor-core down's whole jobs
+DOWN_SPLIT_CHUNKS = 8             # kDownSplitChunks: FP8 I <= step * 8 with its jobs split along I
 DOWN_LO16_CARVEOUT_BYTES = 196 * 1024  # kDownLo16CarveoutBytes: h's lo half as f16 while the block stays within
 MMA_MAX_PAIRS = 320               # kMmaMaxPairs: pairs of a tensor-core call (more are split)
 MMA_ROUTING_BYTES = 10624         # sizeof(MmaRouting) (hip/smallm_moe_twopass.h), the tensor-core down's static shared memory
@@ -194,10 +195,24 @@ def _down_mma_chunks(fmt: str, I: int) -> int:
     return -(-I // _mma_step_values(fmt))
 
 
+def down_mma_split(fmt: str, I: int) -> bool:
+    """hip/smallm_moe_twopass.h down_mma_split: FP8 over DOWN_MMA_CHUNKS chunks, its down jobs split
+    along I into parts of two chunks."""
+    return fmt == FP8_BLOCK128 and _down_mma_chunks(fmt, I) > DOWN_MMA_CHUNKS
+
+
+def down_mma_takes(fmt: str, I: int) -> bool:
+    """hip/smallm_moe_twopass.h down_mma_takes: I the tensor-core down covers (FP8 up to DOWN_SPLIT_CHUNKS
+    chunks, split; MXFP4 up to DOWN_MMA_CHUNKS)."""
+    most = DOWN_SPLIT_CHUNKS if fmt == FP8_BLOCK128 else DOWN_MMA_CHUNKS
+    return I % 128 == 0 and _down_mma_chunks(fmt, I) <= most
+
+
 def down_mma_ring_chunks(fmt: str, I: int) -> int:
     """hip/smallm_moe_twopass.h down_mma_ring_chunks: chunks of I a tensor-core down job's loads hold, 2
-    (three jobs' W2 in flight per warp) where I takes at most two, else DOWN_MMA_CHUNKS (two jobs)."""
-    return 2 if _down_mma_chunks(fmt, I) <= 2 else DOWN_MMA_CHUNKS
+    (three jobs' W2 in flight per warp) where I takes at most two or the jobs are split, else
+    DOWN_MMA_CHUNKS (two jobs)."""
+    return 2 if _down_mma_chunks(fmt, I) <= 2 or down_mma_split(fmt, I) else DOWN_MMA_CHUNKS
 
 
 def _device_sms() -> int:
@@ -289,12 +304,14 @@ def tma_fused_why_not(T: int, K: int, D: int, I: int, sms: int) -> str:
     return ""
 
 
-def down_teams_rule(I: int, D: int, K: int, sms: int):
+def down_teams_rule(I: int, D: int, K: int, sms: int, split: bool = False):
     """down_teams_min_pairs (hip/smallm_moe.hip): the pairs from which the tensor-core down runs two
-    teams, and the rule's case in words."""
+    teams, and the rule's case in words (split: FP8 jobs split along I, down_mma_split)."""
     if I <= DOWN_TEAMS_NARROW_MAX_INTER:
         return DOWN_TEAMS_NARROW_MIN_PAIRS, f"at I={I}"
     nrb = D // DOWN_MMA_ROWS
+    if split:
+        return max(2 * K, DOWN_TEAMS_WIDE_MIN_PAIRS), f"at I={I}, jobs split along I: from 2 tokens"
     if sms < nrb <= 2 * sms:
         return DOWN_TEAMS_MIN_PAIRS, f"at I={I}, D={D}: one-team blocks would hold one row-block each"
     return max(2 * K, DOWN_TEAMS_WIDE_MIN_PAIRS), f"at I={I}, D={D}: from 2 tokens"
@@ -362,22 +379,26 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
     lo_bytes, lo_why = down_mma_lo_bytes(fmt, T * K, I, D, sms)
     if not envs.MMA_DOWN.enabled():
         down = "down on CUDA cores (SMALLM_MMA_DOWN=0)"
-    elif I % 128 or _down_mma_chunks(fmt, I) > DOWN_MMA_CHUNKS:
-        down = f"down on CUDA cores (I={I} over {step * DOWN_MMA_CHUNKS})"
+    elif not down_mma_takes(fmt, I):
+        most = DOWN_SPLIT_CHUNKS if fmt == FP8_BLOCK128 else DOWN_MMA_CHUNKS
+        down = f"down on CUDA cores (I={I} {'over ' + str(step * most) if I % 128 == 0 else 'not a multiple of 128'})"
     elif lo_bytes == 0:
         down = f"down on CUDA cores ({lo_why})"
     else:
         forced = envs.DOWN_TEAMS.get().strip()[:1]
         if forced in ("1", "2"):
             down = f"down on tensor cores ({forced} team{'s' if forced == '2' else ''} per block: SMALLM_DOWN_TEAMS={forced})"
-        elif T * K >= (rule := down_teams_rule(I, D, K, sms))[0]:
+        elif T * K >= (rule := down_teams_rule(I, D, K, sms, down_mma_split(fmt, I)))[0]:
             down = f"down on tensor cores (2 teams per block: {T * K} pairs >= {rule[0]} {rule[1]})"
         else:
             down = "down on tensor cores"
         if lo_bytes == 1:
             down += f", h's lo half as e5m2 ({lo_why})"
         two_chunks = down_mma_ring_chunks(fmt, I) == 2
-        ring2 = two_chunks and envs.DOWN_RING.get().strip()[:1] == "2"
+        split = down_mma_split(fmt, I)
+        ring2 = two_chunks and not split and envs.DOWN_RING.get().strip()[:1] == "2"
+        if split:
+            down += f", each job in {_down_mma_chunks(fmt, I) // 2} parts of 128 along I"
         if ring2:
             down += ", two jobs' W2 in flight per warp (SMALLM_DOWN_RING=2)"
         if fmt == MXFP4:  # the kernel's chunks per job (kCh): two gives every MMA one e8m0 block (kBlockMma)

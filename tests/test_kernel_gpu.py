@@ -174,6 +174,12 @@ def test_sort_matches_reference_exactly(case, seed):
      "formats": "fp8_block128,mxfp4", "tokens": "1,3,8,20", "shapes": "qwen35-tp4,qwen35-tp8"},
     # the two-job ring where the launcher keeps three (I in at most two MMA chunks: MXFP4 TP4, FP8 TP8)
     {"SMALLM_DOWN_RING": "2", "formats": "fp8_block128,mxfp4", "tokens": "1,8,16", "shapes": "qwen35-tp4,qwen35-tp8"},
+    # FP8 over 256 of I: the tensor-core down's jobs split along I in parts of 128 (down_mma_split), I = 384
+    # (3 parts) and 512 (4), one-team and two-team blocks (the parts' order follows the block's warps), and
+    # h's lo half as e5m2
+    {"SMALLM_DOWN_TEAMS": "1", "formats": "fp8_block128", "tokens": "1,3,8,16,20", "shapes": "qwen3-235b-tp4,D2048-E64-K8-I512"},
+    {"SMALLM_DOWN_TEAMS": "2", "formats": "fp8_block128", "tokens": "1,3,8,16,20", "shapes": "qwen3-235b-tp4,D2048-E64-K8-I512"},
+    {"SMALLM_DOWN_LO8": "1", "formats": "fp8_block128", "tokens": "1,5,12", "shapes": "qwen3-235b-tp4,D2048-E64-K8-I512"},
     # x over the gate/up's f16 stage: the launcher's split into tensor-core calls of <= 20 tokens, uneven
     # parts (21 -> 11 + 10, 41 -> 14 + 14 + 13), and the CUDA-core kernels it replaced
     {"SMALLM_MMA_SPLIT": "1", "formats": "fp8_block128,mxfp4", "tokens": "21,41", "shapes": "qwen35-tp4,qwen35-tp8"},

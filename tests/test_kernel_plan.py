@@ -27,6 +27,7 @@ def test_constants_match_the_headers():
     assert kernels.MAX_YS_MMA_BYTES == _cpp_const("kMaxYsMmaBytes")
     assert kernels.DOWN_LO16_CARVEOUT_BYTES == _cpp_const("kDownLo16CarveoutBytes")
     assert kernels.DOWN_MMA_CHUNKS == _cpp_const("kDownMmaChunks")
+    assert kernels.DOWN_SPLIT_CHUNKS == _cpp_const("kDownSplitChunks")
     assert kernels.TWO_BLOCK_CARVEOUT_BYTES == _cpp_const("kTwoBlockCarveoutBytes")
     assert kernels.BLOCK_RESERVED_SMEM_BYTES == _cpp_const("kBlockReservedSmemBytes")
     assert kernels.DOWN_TEAMS_MIN_PAIRS == _cpp_const("kDownTeamsMinPairs")
@@ -93,7 +94,12 @@ def env(monkeypatch):
     (17, 11, 256, "down on tensor cores (2 teams per block: 187 pairs >= 22 at I=256), h's lo half as e5m2 (as f16 its "
                   "stage would take 222912 B, over the 211968 B of a block)"),
     (20, 11, 256, "h's lo half as e5m2"),    # h 220 * 256 * 3 B (e5m2 rows unpadded) + y 220 * 16 * 2 * 4 B + 2^e, tw: 198880 B fit
-    (4, 8, 384, "down on CUDA cores (I=384 over 256)"),                   # Qwen3-235B-like
+    (1, 8, 384, "down on tensor cores, each job in 3 parts of 128 along I"),  # Qwen3-235B-like: split jobs, 8 pairs one team
+    (4, 8, 384, "down on tensor cores (2 teams per block: 32 pairs >= 16 at I=384, jobs split along I: from 2 tokens), "
+                "each job in 3 parts of 128 along I"),
+    (2, 8, 512, "down on tensor cores (2 teams per block: 16 pairs >= 16 at I=512, jobs split along I: from 2 tokens), "
+                "each job in 4 parts of 128 along I"),
+    (2, 8, 640, "down on CUDA cores (I=640 over 512)"),
     (21, 11, 256, "2 calls of at most 11 tokens (x as f16 is 172032 B, over the 163840 B stage), each two-pass"),
 ])
 def test_h200_fp8_plan(env, T, K, I, expect):
@@ -207,14 +213,19 @@ def test_down_lo_half(env):
 @pytest.mark.parametrize("fmt, I, chunks", [
     ("mxfp4", 128, 2), ("mxfp4", 256, 2), ("mxfp4", 384, 4), ("mxfp4", 512, 4),   # 128 values of I per chunk
     ("fp8_block128", 128, 2), ("fp8_block128", 256, 4),                           # 64 per chunk
+    ("fp8_block128", 384, 2), ("fp8_block128", 512, 2),                           # split: parts of two chunks
 ])
 def test_down_ring_chunks(env, fmt, I, chunks):
     """kernels.down_mma_ring_chunks mirrors the launcher's choice of the down kernel's kCh (three jobs' W2 in
-    flight per warp where a job holds two chunks); SMALLM_DOWN_RING=2 forces two jobs and the plan says so."""
+    flight per warp where a job holds two chunks); SMALLM_DOWN_RING=2 forces two jobs and the plan says so,
+    except for FP8's split jobs, which the launcher runs on the two-chunk kernel whatever it says."""
     assert kernels.down_mma_ring_chunks(fmt, I) == chunks
+    split = kernels.down_mma_split(fmt, I)
+    assert split == (fmt == "fp8_block128" and I > 256)
     env.setenv("SMALLM_DOWN_RING", "2")
-    forced = "two jobs' W2 in flight per warp (SMALLM_DOWN_RING=2)" in kernels.kernel_plan("sm_90", fmt, 1, 8, 4096, I, sms=132)
-    assert forced == (chunks == 2)
+    plan = kernels.kernel_plan("sm_90", fmt, 1, 8, 4096, I, sms=132)
+    assert ("two jobs' W2 in flight per warp (SMALLM_DOWN_RING=2)" in plan) == (chunks == 2 and not split)
+    assert (f"each job in {I // 128} parts of 128 along I" in plan) == split
 
 
 @pytest.mark.parametrize("I, ring, per_block", [(128, "", True), (256, "", True), (256, "2", False), (384, "", False)])
@@ -294,9 +305,15 @@ def test_down_ring_rule_matches_the_header():
     text = (HIP / "smallm_moe_twopass.h").read_text()
     body = text[text.index("inline int down_mma_ring_chunks(int I) {"):]
     body = body[:body.index("}")]
-    assert "<= 2 ? 2 : kDownMmaChunks" in body and "static_assert(kCh == 2 || kCh == kDownMmaChunks" in text
+    assert "<= 2 || down_mma_split<Fmt>(I) ? 2 : kDownMmaChunks" in body
+    assert "static_assert(kCh == 2 || kCh == kDownMmaChunks" in text
+    split = text[text.index("inline bool down_mma_split(int I) {"):]
+    assert "Fmt == kFp8Block128 && down_mma_chunks<Fmt>(I) > kDownMmaChunks" in split[:split.index("}")]
+    takes = text[text.index("inline bool down_mma_takes(int I) {"):]
+    assert "(Fmt == kFp8Block128 ? kDownSplitChunks : kDownMmaChunks)" in takes[:takes.index("}")]
     launcher = (HIP / "smallm_moe.hip").read_text()
     assert "down_mma_ring_chunks<Fmt>(a.I) == 2" in launcher and 'getenv("SMALLM_DOWN_RING")' in launcher
+    assert "if (smallm::down_mma_split<Fmt>(a.I)) return launch_down_mma_teams_ch<Fmt, Layout, 2, true>" in launcher
 
 
 def test_switches_and_other_targets(env):
@@ -405,7 +422,10 @@ def test_two_team_gateup_fits_the_164_kb_carveout_at_19_tokens():
     ("mxfp4", 1, 5, 6144, 384, 1), ("mxfp4", 2, 5, 6144, 384, 2),                  # MiniMax-M3-like: from 2 tokens
     ("mxfp4", 1, 8, 6144, 384, 1), ("mxfp4", 2, 8, 6144, 384, 2),
     ("mxfp4", 2, 5, 2048, 384, 2), ("mxfp4", 2, 8, 5120, 384, 2), ("mxfp4", 2, 5, 7168, 384, 2),
-    ("mxfp4", 4, 2, 6144, 384, 1), ("mxfp4", 5, 2, 6144, 384, 2)])                 # few slots: at least 10 pairs
+    ("mxfp4", 4, 2, 6144, 384, 1), ("mxfp4", 5, 2, 6144, 384, 2),                  # few slots: at least 10 pairs
+    # FP8 at I = 384, jobs split along I: from 2 tokens at D = 4096 too ("h200-s40" run 4)
+    ("fp8_block128", 1, 8, 4096, 384, 1), ("fp8_block128", 2, 8, 4096, 384, 2), ("fp8_block128", 4, 8, 4096, 384, 2),
+    ("fp8_block128", 1, 11, 4096, 384, 1), ("fp8_block128", 2, 11, 4096, 384, 2)])
 def test_down_teams_rule(env, fmt, T, K, D, I, teams):
     """Two down teams from 22 pairs where I <= 256 (Qwen3.5, "h200-s38" run 3). Wider I from 2 tokens
     (at least 10 pairs), except where a one-team grid gives each block one row-block (D / 16 in (SMs,
@@ -413,6 +433,9 @@ def test_down_teams_rule(env, fmt, T, K, D, I, teams):
     pairs ("h200-s38" run 5, "h200-s39" run 2), the other D faster from 2 tokens ("h200-s39" runs 2-3)."""
     plan = kernels.kernel_plan("sm_90", fmt, T, K, D, I, sms=kernels.H200_SMS)
     assert ("down on tensor cores (2 teams per block:" in plan) == (teams == 2), plan
+    launcher = (HIP / "smallm_moe.hip").read_text()
+    assert "if (!split && nrb > sms && nrb <= 2 * sms) return kDownTeamsMinPairs;" in launcher
+    assert "down_teams_min_pairs(a.I, a.D, a.K, sms, kSplit)" in launcher
     assert "down on tensor cores" in plan, plan
 
 
@@ -422,3 +445,4 @@ def test_down_teams_rule_follows_the_sm_count():
     assert kernels.down_teams_rule(384, 4096, 8, 114)[0] == 16       # H100 PCIe: uneven counts, from 2 tokens
     assert kernels.down_teams_rule(384, 4096, 8, 256)[0] == 16       # one block a SM
     assert kernels.down_teams_rule(256, 4096, 8, 114)[0] == kernels.DOWN_TEAMS_NARROW_MIN_PAIRS
+    assert kernels.down_teams_rule(384, 4096, 8, 132, split=True)[0] == 16  # FP8 split jobs: from 2 tokens at any SM count
