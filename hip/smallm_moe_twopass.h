@@ -22,7 +22,8 @@
 //            y[pair, rows] to shared memory, and the block then sums each token's slots in slot
 //            order into out (deterministic: every sum has a fixed order).
 //            FP8 and MXFP4 on CUDA run it on tensor cores (smallm_down_mma_kernel) while its stage
-//            (h, y) fits the block's shared memory, h's lo half as e5m2 where f16 would not.
+//            (h, y) fits the block's shared memory, h's lo half as e5m2 where f16 would not; FP8 past
+//            I = 256 (to 512) with each job split along I, its parts taken in turn by one warp.
 //
 // On sm_90 the down kernel is launched as a programmatic dependent of the gate/up kernel: its
 // prologue and its first W2 loads run while the gate/up kernel finishes, and it waits
@@ -975,12 +976,13 @@ template <int Fmt>
 __host__ __device__ inline int down_mma_chunks(int I) {
   return (I + mma_step_values<Fmt>() - 1) / mma_step_values<Fmt>();
 }
-// I within the MMA chunks this kernel unrolls (the shared-memory check is the launcher's)
 // FP8 whose I passes kDownMmaChunks chunks: jobs split along I (kSplit)
 template <int Fmt>
 __host__ __device__ inline bool down_mma_split(int I) {
   return Fmt == kFp8Block128 && down_mma_chunks<Fmt>(I) > kDownMmaChunks;
 }
+// I within the MMA chunks this kernel covers (FP8: up to kDownSplitChunks, split; the shared-memory check
+// is the launcher's)
 template <int Fmt>
 __host__ __device__ inline bool down_mma_takes(int I) {
   return I % 128 == 0 && down_mma_chunks<Fmt>(I) <= (Fmt == kFp8Block128 ? kDownSplitChunks : kDownMmaChunks);
