@@ -93,6 +93,20 @@ def shape_cap(arch: str, weight_format: str, shape) -> int:
     return token_cap(arch, weight_format, shape.inter, shape.slots, shape.hidden)[0]
 
 
+def shape_problem(hidden: int, inter: int, experts: int, top_k: int) -> str:
+    """Why the kernel cannot take a call of this shape at any token count (its per-call limits), or "".
+    The gate's "shape" rule, and the check of a shape written for `bench`/`selftest` (shapes.py)."""
+    if hidden <= 0 or inter <= 0 or hidden % 128 or inter % 128:
+        return f"D ({hidden}) and I ({inter}) must be positive multiples of 128"
+    if inter > MAX_INTER:
+        return f"I ({inter}) is over the kernel's {MAX_INTER}"
+    if not 0 < experts <= MAX_EXPERTS:
+        return f"E ({experts}) must be 1 to the kernel's {MAX_EXPERTS} experts"
+    if not 0 < top_k <= MAX_SLOTS:
+        return f"K ({top_k}) must be 1 to {MAX_SLOTS} slots"
+    return ""
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
@@ -186,10 +200,9 @@ RULES: Sequence[Rule] = (
                           else "e8m0 per-32 scales"))),
     Rule("block_shape", lambda c, a: c.weight_format != FP8_BLOCK128 or tuple(c.block_shape or ()) == (128, 128),
          lambda c, a: f"block shape {c.block_shape} is not 128x128"),
-    Rule("shape", lambda c, a: (c.hidden % 128 == 0 and c.inter % 128 == 0 and 0 < c.inter <= MAX_INTER
-                                and 0 < c.num_experts <= MAX_EXPERTS and 0 < c.top_k <= MAX_SLOTS),
-         lambda c, a: (f"shape D={c.hidden} I={c.inter} E={c.num_experts} K={c.top_k} outside D,I % 128 == 0, "
-                       f"I <= {MAX_INTER}, E <= {MAX_EXPERTS}, K <= {MAX_SLOTS}")),
+    Rule("shape", lambda c, a: not shape_problem(c.hidden, c.inter, c.num_experts, c.top_k),
+         lambda c, a: (f"shape D={c.hidden} I={c.inter} E={c.num_experts} K={c.top_k}: "
+                       f"{shape_problem(c.hidden, c.inter, c.num_experts, c.top_k)}")),
     Rule("tokens", lambda c, a: c.num_tokens <= call_cap(c, a)[0],
          lambda c, a: "{} tokens > cap {} ({})".format(c.num_tokens, *call_cap(c, a))),
 )

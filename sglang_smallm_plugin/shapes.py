@@ -80,17 +80,13 @@ def shape_by_name(name: str) -> MoeShape:
 
 
 def _spec_problem(s: MoeShape) -> str:
-    """Why the kernel cannot take a given shape at all (its per-call limits, as the gate's), or ""."""
-    from .gate import MAX_EXPERTS, MAX_INTER, MAX_SLOTS
+    """Why the kernel cannot take a given shape at all (the gate's shape_problem, then the shared experts'
+    own limits), or ""."""
+    from .gate import shape_problem
 
-    if s.hidden % 128 or s.inter % 128 or s.hidden <= 0 or s.inter <= 0:
-        return f"D ({s.hidden}) and I ({s.inter}) must be positive multiples of 128"
-    if s.inter > MAX_INTER:
-        return f"I ({s.inter}) is over the kernel's {MAX_INTER}"
-    if s.experts > MAX_EXPERTS:
-        return f"E ({s.experts}) is over the kernel's {MAX_EXPERTS} experts"
-    if not 1 <= s.slots <= MAX_SLOTS:
-        return f"K ({s.slots}) must be 1 to {MAX_SLOTS} slots"
+    why = shape_problem(s.hidden, s.inter, s.experts, s.slots)
+    if why:
+        return why
     if not 0 <= s.shared < s.slots:
         return f"S ({s.shared}) must be fewer than K ({s.slots})"
     if s.experts < s.slots:  # E - S routed experts for K - S routed slots

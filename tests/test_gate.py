@@ -120,6 +120,26 @@ def test_unsupported_layout_falls_back(fake_gpu, real_objects):
     assert not ok and why.startswith("layout:")
 
 
+@pytest.mark.parametrize("hidden, inter, experts, top_k, why", [
+    (4096, 256, 513, 11, ""),                                           # Qwen3.5 TP4
+    (4000, 256, 513, 11, "D (4000) and I (256) must be positive multiples of 128"),
+    (4096, 2048, 128, 8, "I (2048) is over the kernel's 1024"),
+    (4096, 384, 2048, 8, "E (2048) must be 1 to the kernel's 1024 experts"),
+    (4096, 384, 128, 17, "K (17) must be 1 to 16 slots"),
+])
+def test_shape_rule_is_shape_problem(fake_gpu, hidden, inter, experts, top_k, why):
+    """The gate's "shape" rule and the spec check of bench/selftest (shapes.py) share gate.shape_problem; the
+    rule's reason is its words. (A MoeCall's shape comes from its tensors: the rule reads only these four.)"""
+    import types
+
+    assert gate.shape_problem(hidden, inter, experts, top_k) == why
+    call = types.SimpleNamespace(hidden=hidden, inter=inter, num_experts=experts, top_k=top_k)
+    rule = next(r for r in gate.RULES if r.name == "shape")
+    assert rule.passes(call, fake_gpu) == (why == "")
+    if why:
+        assert rule.reason(call, fake_gpu) == f"shape D={hidden} I={inter} E={experts} K={top_k}: {why}"
+
+
 def test_cap_and_cap_plus_one(fake_gpu, real_objects):
     layer, core, dispatch, qi = real_objects
     cap = gate.shape_cap(fake_gpu, "fp8_block128", SHAPE)
