@@ -259,7 +259,7 @@ def test_mxfp4_tensor_core_kernels_use_mma(sm90a_ptx, kernel, f16_scales, lane_s
         assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in body, name
         assert "cvt.rn.f16x2.e4m3x2" not in body, name  # no FP8 conversion in the MXFP4 kernels
         assert "prmt.b32" in body, name
-        want = f16_scales if f16_scales is not None else not name.endswith("ELi2EEEvNS_7MoeArgsE")
+        want = f16_scales if f16_scales is not None else not name.endswith("ELi2ELb0EEEvNS_7MoeArgsE")
         assert ("mul.rn.f16x2" in body) == want, name
         if lane_scales is not None:
             assert ("0f46800000" in body) == lane_scales, name
@@ -267,11 +267,14 @@ def test_mxfp4_tensor_core_kernels_use_mma(sm90a_ptx, kernel, f16_scales, lane_s
 
 def test_down_kernels_for_both_rings(sm90a_ptx):
     """The tensor-core down is built with jobs of 2 chunks (three jobs' W2 in flight per warp) and of
-    kDownMmaChunks (two jobs), for every format, layout, team count and lo-half format: 32 kernels."""
+    kDownMmaChunks (two jobs), for every format, layout, team count and lo-half format: 32 kernels; and,
+    for FP8 only, with jobs split along I in parts of 2 chunks (kSplit): 8 more."""
     names = [n for n in sm90a_ptx if "smallm_down_mma_kernel" in n]
-    assert len(names) == 32, names
-    assert sum(n.endswith("ELi2EEEvNS_7MoeArgsE") for n in names) == 16
-    assert sum(n.endswith("ELi4EEEvNS_7MoeArgsE") for n in names) == 16
+    assert len(names) == 40, names
+    assert sum(n.endswith("ELi2ELb0EEEvNS_7MoeArgsE") for n in names) == 16
+    assert sum(n.endswith("ELi4ELb0EEEvNS_7MoeArgsE") for n in names) == 16
+    split = [n for n in names if n.endswith("ELi2ELb1EEEvNS_7MoeArgsE")]
+    assert len(split) == 8 and all("smallm_down_mma_kernelILi0E" in n for n in split), split  # format 0: FP8
 
 
 def test_two_team_gateup_copies_x_by_one_bulk_copy(sm90a_ptx):
@@ -311,7 +314,7 @@ def test_tensor_core_static_shared_memory_matches_the_plan_mirror(sm90a_ptx):
     # 128-byte alignment); the per-token scales are in the dynamic memory, after x
     assert set(two_teams.values()) == {kernels.MMA_ROUTING_BYTES + 128}, two_teams
     down = {n: v for n, v in sizes.items() if "smallm_down_mma_kernel" in n}
-    assert len(down) == 32 and set(down.values()) == {kernels.MMA_ROUTING_BYTES}, down
+    assert len(down) == 40 and set(down.values()) == {kernels.MMA_ROUTING_BYTES}, down
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed on this machine (the CUDA compile check needs it)")
@@ -594,8 +597,9 @@ def test_gateup_job_loop_wait_order(sm90a_sass, scoreboards, kernel, waits):
     "_ZN6smallm24smallm_gateup_mma_kernelILi0ELi0ELi8ELi2EEEvNS_7MoeArgsE",  # FP8 row-major, two teams
     "_ZN6smallm24smallm_gateup_mma_kernelILi0ELi0ELi8ELi1EEEvNS_7MoeArgsE",  # one team (1 token)
     "_ZN6smallm24smallm_gateup_mma_kernelILi0ELi1ELi8ELi1EEEvNS_7MoeArgsE",  # shuffled
-    "_ZN6smallm22smallm_down_mma_kernelILi0ELi0ELi2ELb1ELi4EEEvNS_7MoeArgsE",
-    "_ZN6smallm22smallm_down_mma_kernelILi0ELi0ELi1ELb0ELi4EEEvNS_7MoeArgsE",
+    "_ZN6smallm22smallm_down_mma_kernelILi0ELi0ELi2ELb1ELi4ELb0EEEvNS_7MoeArgsE",
+    "_ZN6smallm22smallm_down_mma_kernelILi0ELi0ELi1ELb0ELi4ELb0EEEvNS_7MoeArgsE",
+    "_ZN6smallm22smallm_down_mma_kernelILi0ELi0ELi2ELb1ELi2ELb1EEEvNS_7MoeArgsE",  # jobs split along I (I > 256)
 ])
 def test_fp8_mma_converts_the_upper_pair_in_place(sm90a_sass, kernel):
     """The FP8 tensor-core kernels convert each weight word's two e4m3 pairs with two F2FP, the second
