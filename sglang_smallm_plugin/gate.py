@@ -64,7 +64,7 @@ CAPS: Sequence[Cap] = (
     # on CUDA cores (271.4 vs 204.7). The cap is 12, the last count both jobs found faster. (With the down
     # on CUDA cores the cap was 2: "h200-s39" run 6.)
     Cap("sm_90", FP8_BLOCK128, 384, 12, "H200 crossover vs SGLang Triton measured 2026-12-03 at I=384 (faster at 1-12 "
-        "tokens in two jobs, level at 13-14, slower from 15)", hidden_max=4096),
+        "tokens, 8-12 again in a second job; level at 13-14, slower from 15)", hidden_max=4096),
     Cap("sm_90", FP8_BLOCK128, None, 0, "H200: not measured against SGLang Triton at this I"),
     Cap("sm_90", MXFP4, None, 48, "no SGLang MXFP4 runner on CUDA; kernel-only path"),
 )
