@@ -201,11 +201,14 @@ def down_mma_split(fmt: str, I: int) -> bool:
     return fmt == FP8_BLOCK128 and _down_mma_chunks(fmt, I) > DOWN_MMA_CHUNKS
 
 
+def _down_mma_most_chunks(fmt: str) -> int:
+    """The most chunks of I the tensor-core down covers: FP8 DOWN_SPLIT_CHUNKS (split), MXFP4 DOWN_MMA_CHUNKS."""
+    return DOWN_SPLIT_CHUNKS if fmt == FP8_BLOCK128 else DOWN_MMA_CHUNKS
+
+
 def down_mma_takes(fmt: str, I: int) -> bool:
-    """hip/smallm_moe_twopass.h down_mma_takes: I the tensor-core down covers (FP8 up to DOWN_SPLIT_CHUNKS
-    chunks, split; MXFP4 up to DOWN_MMA_CHUNKS)."""
-    most = DOWN_SPLIT_CHUNKS if fmt == FP8_BLOCK128 else DOWN_MMA_CHUNKS
-    return I % 128 == 0 and _down_mma_chunks(fmt, I) <= most
+    """hip/smallm_moe_twopass.h down_mma_takes: I the tensor-core down covers (_down_mma_most_chunks)."""
+    return I % 128 == 0 and _down_mma_chunks(fmt, I) <= _down_mma_most_chunks(fmt)
 
 
 def down_mma_ring_chunks(fmt: str, I: int) -> int:
@@ -380,22 +383,22 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
     if not envs.MMA_DOWN.enabled():
         down = "down on CUDA cores (SMALLM_MMA_DOWN=0)"
     elif not down_mma_takes(fmt, I):
-        most = DOWN_SPLIT_CHUNKS if fmt == FP8_BLOCK128 else DOWN_MMA_CHUNKS
-        down = f"down on CUDA cores (I={I} {'over ' + str(step * most) if I % 128 == 0 else 'not a multiple of 128'})"
+        over = f"over {step * _down_mma_most_chunks(fmt)}" if I % 128 == 0 else "not a multiple of 128"
+        down = f"down on CUDA cores (I={I} {over})"
     elif lo_bytes == 0:
         down = f"down on CUDA cores ({lo_why})"
     else:
+        split = down_mma_split(fmt, I)
         forced = envs.DOWN_TEAMS.get().strip()[:1]
         if forced in ("1", "2"):
             down = f"down on tensor cores ({forced} team{'s' if forced == '2' else ''} per block: SMALLM_DOWN_TEAMS={forced})"
-        elif T * K >= (rule := down_teams_rule(I, D, K, sms, down_mma_split(fmt, I)))[0]:
+        elif T * K >= (rule := down_teams_rule(I, D, K, sms, split))[0]:
             down = f"down on tensor cores (2 teams per block: {T * K} pairs >= {rule[0]} {rule[1]})"
         else:
             down = "down on tensor cores"
         if lo_bytes == 1:
             down += f", h's lo half as e5m2 ({lo_why})"
         two_chunks = down_mma_ring_chunks(fmt, I) == 2
-        split = down_mma_split(fmt, I)
         ring2 = two_chunks and not split and envs.DOWN_RING.get().strip()[:1] == "2"
         if split:
             down += f", each job in {_down_mma_chunks(fmt, I) // 2} parts of 128 along I"
