@@ -43,11 +43,13 @@ bench_summary() {  # bench_summary LOG...: one line per (shape, T): kernel us, f
 }
 
 memcheck_stage() {  # memcheck_stage LOG LIMIT_S: with MEMCHECK=1, compute-sanitizer memcheck over `selftest --what moe`
-  # (one seed, Qwen3.5 TP4 and TP8 and the MiniMax-M3-like shape, both formats and layouts) at MEMTOKENS (default 1,8)
+  # (one seed, both layouts) at MEMTOKENS (default 1,8), MEMSHAPES (default Qwen3.5 TP4 and TP8 and the
+  # MiniMax-M3-like shape) and MEMFORMATS (default both)
   [ "${MEMCHECK:-0}" = 1 ] || return 0
   stamp memcheck
   timeout "$2" compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
-    selftest --what moe --seeds 1 --shapes qwen35-tp4,qwen35-tp8,minimax-m3 --tokens "${MEMTOKENS:-1,8}" > "$OUT/$1" 2>&1
+    selftest --what moe --seeds 1 --shapes "${MEMSHAPES:-qwen35-tp4,qwen35-tp8,minimax-m3}" \
+    --formats "${MEMFORMATS:-fp8_block128,mxfp4}" --tokens "${MEMTOKENS:-1,8}" > "$OUT/$1" 2>&1
   grep -E "selftest:|ERROR SUMMARY" "$OUT/$1"
 }
 
@@ -58,10 +60,12 @@ tests_stage() {  # with TESTS=1, the GPU test file (tests/test_kernel_gpu.py) wi
   tail -1 "$OUT/gpu_pytest.log"
 }
 
-peer_stage() {  # peer_stage TOKENS: with PEER=1, SGLang's Triton FP8 peer (.peer/run.sh, carry ".peer") at TOKENS
+peer_stage() {  # peer_stage TOKENS: with PEER=1, SGLang's Triton FP8 peer (.peer/run.sh, carry ".peer") at TOKENS,
+  # with PEER_ARGS (more of run.sh's options, e.g. "--inter 384 --budget-s 180") where given
   [ "${PEER:-0}" = 1 ] || return 0
   stamp peer
-  (cd "$R" && timeout 200 env OUT=$OUT/peer bash .peer/run.sh --tokens "$1" > "$OUT/peer.log" 2>&1)
+  # shellcheck disable=SC2086  # PEER_ARGS: one word per option
+  (cd "$R" && timeout 200 env OUT=$OUT/peer bash .peer/run.sh --tokens "$1" ${PEER_ARGS:-} > "$OUT/peer.log" 2>&1)
 }
 
 peer_summary() {  # SGLang's Triton FP8 peer (.peer/run.sh), shipped config, per T

@@ -5,8 +5,11 @@
 # FP8 row-major at BENCH_SHAPES (default the I = 384 ones) and SPLIT_TOKENS, the package's default, then
 # the same with the down forced onto CUDA cores (SMALLM_MMA_DOWN=0, the kernel these shapes took before).
 # PEER=1: SGLang's Triton FP8 peer (.peer/run.sh, carry ".peer") at Qwen3.5's D/E/K with I = 384, the same
-# tokens. TESTS=1: the GPU test file. MEMCHECK=1: compute-sanitizer memcheck over the selftest at
+# tokens. TESTS=1: the GPU test file. MEMCHECK=1: compute-sanitizer memcheck over the FP8 selftest at
 # MEMTOKENS (default 2,12) on SPLIT_SHAPES. Logs under $OUT, packed into one file; a short table last.
+# (Runs 1-2 of examples/results "h200-s40" ran this job with its own copies of the bench, memcheck and peer
+# stages, whose logs were bench_split, bench_cudadown and peer.log; it now calls h200_common.sh's, whose
+# bench logs are bench_fp8_block128_split and bench_fp8_block128_cudadown.)
 source examples/h200_common.sh
 SHAPES=${SPLIT_SHAPES:-qwen3-235b-tp4,D4096-E513-K11-I384-S1,D2048-E64-K8-I512}
 T=${SPLIT_TOKENS:-1,2,3,4,6,8,12,16,20}
@@ -19,22 +22,14 @@ if [ "${SELFTEST:-1}" = 1 ]; then
   tail -1 "$OUT/selftest_split.log"; grep -E " (FAIL|fail)" "$OUT/selftest_split.log" | head -5
 fi
 tests_stage
-if [ "${MEMCHECK:-0}" = 1 ]; then
-  stamp memcheck
-  timeout "${MEMTIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
-    selftest --what moe --seeds 1 --formats fp8_block128 --shapes "$SHAPES" --tokens "${MEMTOKENS:-2,12}" > "$OUT/sanitize_split.log" 2>&1
-  grep -E "selftest:|ERROR SUMMARY" "$OUT/sanitize_split.log"
-fi
+MEMSHAPES=$SHAPES MEMFORMATS=fp8_block128 MEMTOKENS=${MEMTOKENS:-2,12} memcheck_stage sanitize_split.log "${MEMTIMEOUT:-150}"
 if [ "${BENCH:-1}" = 1 ]; then
   stamp bench
-  B="--shapes ${BENCH_SHAPES:-D4096-E513-K11-I384-S1,qwen3-235b-tp4} --layouts row_major --formats fp8_block128 --tokens $T"
-  timeout 150 python3 -m sglang_smallm_plugin.cli bench $B --out "$OUT/bench_split" > "$OUT/bench_split.log" 2>&1
-  timeout 150 env SMALLM_MMA_DOWN=0 python3 -m sglang_smallm_plugin.cli bench $B --out "$OUT/bench_cudadown" > "$OUT/bench_cudadown.log" 2>&1
+  export BENCH_SHAPES=${BENCH_SHAPES:-D4096-E513-K11-I384-S1,qwen3-235b-tp4}
+  bench_formats _split "$T" ""
+  bench_formats _cudadown "$T" "" SMALLM_MMA_DOWN=0
 fi
-if [ "${PEER:-0}" = 1 ]; then
-  stamp peer
-  (cd "$R" && timeout 220 env OUT=$OUT/peer bash .peer/run.sh --inter 384 --tokens "$T" --budget-s 200 > "$OUT/peer.log" 2>&1)
-fi
+PEER_ARGS="--inter 384 --budget-s 180" peer_stage "$T"
 stamp done
 ls "$OUT"/bench_*.log > /dev/null 2>&1 && bench_summary "$OUT"/bench_*.log
 peer_summary
