@@ -19,12 +19,14 @@ import torch
 
 logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
 
-from sglang_smallm_plugin.shapes import MoeShape  # noqa: E402
+from sglang_smallm_plugin.shapes import MoeShape, shape_by_name  # noqa: E402
 from sglang_smallm_plugin.sglang_integration import layer_harness as H  # noqa: E402
 from sglang_smallm_plugin.testdata import make_call, make_weights, reference_of  # noqa: E402
 from sglang_smallm_plugin.tolerances import moe_tolerance, rel_l2  # noqa: E402
 
-shape = MoeShape("qwen35-tp8-reduced", 4096, 33, 11, 128, 1)
+# SMALLM_CHECK_SHAPE: a registered shape's name or a D..-E..-K..-I.. spec; default Qwen3.5 TP8 with 33 experts
+_spec = os.environ.get("SMALLM_CHECK_SHAPE", "")
+shape = shape_by_name(_spec) if _spec else MoeShape("qwen35-tp8-reduced", 4096, 33, 11, 128, 1)
 DEV = os.environ.get("SMALLM_CHECK_DEVICE", "cuda")
 FMT = os.environ.get("SMALLM_CHECK_FORMAT", "fp8_block128")
 TOL = moe_tolerance(FMT)

@@ -8,8 +8,14 @@ export PYTHONUNBUFFERED=1
 R=$PWD
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 
-build() {  # the package for sm_90a (examples/h200_job.sh build); exits the job on failure
+build() {  # the package for sm_90a (examples/h200_job.sh build); exits the job on failure. Skipped where this
+  # machine already built the same sources (a second job in one call, or a warm machine): /tmp/smallm_built.sha
+  local sha; sha=$(cd "$R" && find setup.py pyproject.toml hip sglang_smallm_plugin -type f ! -name "*.so" ! -path "*__pycache__*" ! -path "*/hip_src/*" | sort | xargs cat | sha1sum | cut -c1-40)
+  if [ "$(cat /tmp/smallm_built.sha 2>/dev/null)" = "$sha" ] && (cd /tmp && python3 -c "import sglang_smallm_plugin._C") 2>/dev/null; then
+    echo "build: the same sources are already built on this machine ($sha)" > "$OUT/job.log"; return 0
+  fi
   bash "$R/examples/h200_job.sh" build > "$OUT/job.log" 2>&1 || { tail -30 "$OUT/job.log"; exit 10; }
+  echo "$sha" > /tmp/smallm_built.sha
 }
 
 bench_formats() {  # bench_formats SUFFIX FP8_TOKENS MXFP4_TOKENS [VAR=value...]: `sglang-smallm bench`,
