@@ -55,6 +55,10 @@ H.setup("triton")
 try:
     triton_layer = H.build_layer(shape, FMT, {k: v.clone() for k, v in w.items()}, device=DEV)
     out_triton = {T: run(triton_layer, c) for T, c in calls.items()}
+    for T, c in calls.items():  # the comparison below needs SGLang's own path to repeat itself
+        again, _ = run(triton_layer, c)
+        if out_triton[T][0] is not None and again is not None and not torch.equal(out_triton[T][0], again):
+            record("fail", f"T={T}: the triton backend's layer gave different bits on a second call")
 except Exception as e:  # noqa: BLE001 - e.g. a scheme whose own path is ROCm's: reported, not raised
     print(f"the triton-backend layer cannot run here: {type(e).__name__}: {e}", flush=True)
     out_triton = {T: (None, f"triton-backend layer: {type(e).__name__}: {e}") for T in calls}

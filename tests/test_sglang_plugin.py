@@ -182,6 +182,19 @@ def test_fused_moe_layer_runs_through_smallm(sglang_smallm, fmt, seed, caplog):
     assert "kernel:reference" in caplog.text
 
 
+def test_harness_forward_keeps_callers_x(sglang_smallm):
+    """SGLang's FusedMoE runs in place by default (its Triton runner writes the output into x): the
+    harness gives each call its own copy, so comparing two layers on one call compares like with like."""
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(5))
+    kept = x.clone()
+
+    def in_place_layer(h, topk):
+        return h.mul_(2.0)
+
+    out = sglang_smallm.forward(in_place_layer, x, torch.ones(3, 1), torch.zeros(3, 1, dtype=torch.int32))
+    assert torch.equal(x, kept) and torch.equal(out, 2.0 * kept)
+
+
 def test_qwen35_shaped_fp8_layer(sglang_smallm):
     from sglang_smallm_plugin.testdata import make_call, make_weights
 

@@ -107,6 +107,10 @@ def decide(layer, call):
 
 
 def forward(layer, x, topk_weights, topk_ids):
+    """The layer's output for x. SGLang's FusedMoE runs in place by default (MoeRunnerConfig.inplace):
+    its Triton runner writes the output into the x it was given, so each call gets its own copy of x and
+    the caller's x is the same after the call (else the next call on it, or the reference, would read
+    the last output)."""
     from sglang.srt.layers.moe.topk import StandardTopKOutput
 
-    return layer(x, StandardTopKOutput(topk_weights, topk_ids, torch.empty(0, device=x.device)))
+    return layer(x.clone(), StandardTopKOutput(topk_weights, topk_ids, torch.empty(0, device=x.device)))
