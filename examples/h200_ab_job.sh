@@ -11,7 +11,7 @@
 # settings, e.g. "SMALLM_BULK_H=0" or "A=1 B=1": each one more column, this tree run with it), SELFTEST=1 (moe at
 # SEEDS seeds and TOKENS, and edge), TESTS=1 (the GPU test file, within TESTS_TIMEOUT s), MEMCHECK=1
 # (compute-sanitizer on selftest at MEMTOKENS, default 1,8),
-# BENCH=1 (`sglang-smallm bench` at TOKENS: FP8 and MXFP4, Qwen3.5 TP4/TP8 row-major; BENCH_AB=1 also
+# BENCH=1 (`sglang-smallm bench` at TOKENS: FP8 and MXFP4 (at MXTOKENS, default TOKENS), BENCH_SHAPES (default Qwen3.5 TP4/TP8) row-major; BENCH_AB=1 also
 # builds the package from the baseline's hip/ into /tmp/basepkg and benches it beside this tree's,
 # and this tree with each of NEW_ENVS), PEER=1 (.peer/run.sh at TOKENS), LOADPATTERN=1
 # (examples/loadpattern: the gate/up's weight loads alone, by access pattern), CONVBENCH=1
@@ -24,6 +24,7 @@ source examples/h200_common.sh
 BASE=${AB_BASE:-$R/.ab/base}
 CASES=${CASES:-0 1 256;0 4 256;0 8 256;1 1 256;1 8 256;0 1 128;0 8 128;0 10 128}
 T=${TOKENS:-1,3,4,8,10}
+MT=${MXTOKENS-$T}  # the bench's MXFP4 token counts (MXTOKENS= : none)
 [ -d "$BASE/hip" ] || { echo "no baseline at $BASE (see the header)"; exit 2; }
 echo "baseline: $(cat "$BASE/COMMIT" 2>/dev/null || echo "unrecorded (no $BASE/COMMIT)")" | tee "$OUT/baseline.txt"
 TLB="nvcc -std=c++17 -arch=sm_90a -O3 -DSMALLM_TIMELINE"
@@ -79,16 +80,16 @@ tests_stage
 memcheck_stage sanitize.log 150
 if [ "${BENCH:-0}" = 1 ]; then
   stamp bench
-  bench_formats _new "$T" "$T"
+  bench_formats _new "$T" "$MT"
   if [ "${BENCH_AB:-0}" = 1 ]; then  # the baseline package through PYTHONPATH, ahead of the installed one
-    bench_pkg _base /tmp/basepkg "$OUT/base_build.log" "$T" "$T"
-    for ev in "${envs[@]}"; do bench_formats "_new_${ev// /,}" "$T" "$T" $ev; done  # $ev unquoted: one word per variable
+    bench_pkg _base /tmp/basepkg "$OUT/base_build.log" "$T" "$MT"
+    for ev in "${envs[@]}"; do bench_formats "_new_${ev// /,}" "$T" "$MT" $ev; done  # $ev unquoted: one word per variable
   fi
-  for v in ${BENCH_VARIANTS:-}; do bench_pkg "_$v" /tmp/pkg_$v "$OUT/${v}_build.log" "$T" "$T"; done
+  for v in ${BENCH_VARIANTS:-}; do bench_pkg "_$v" /tmp/pkg_$v "$OUT/${v}_build.log" "$T" "$MT"; done
   if [ "${BENCH_ROUNDS:-1}" = 2 ]; then  # the same again, in the same order (the spread between rounds)
-    bench_formats _new_r2 "$T" "$T"
-    [ -d /tmp/basepkg/sglang_smallm_plugin ] && bench_formats _base_r2 "$T" "$T" PYTHONPATH=/tmp/basepkg
-    for v in ${BENCH_VARIANTS:-}; do [ -d /tmp/pkg_$v/sglang_smallm_plugin ] && bench_formats "_${v}_r2" "$T" "$T" PYTHONPATH=/tmp/pkg_$v; done
+    bench_formats _new_r2 "$T" "$MT"
+    [ -d /tmp/basepkg/sglang_smallm_plugin ] && bench_formats _base_r2 "$T" "$MT" PYTHONPATH=/tmp/basepkg
+    for v in ${BENCH_VARIANTS:-}; do [ -d /tmp/pkg_$v/sglang_smallm_plugin ] && bench_formats "_${v}_r2" "$T" "$MT" PYTHONPATH=/tmp/pkg_$v; done
   fi
 fi
 peer_stage "$T"
