@@ -235,15 +235,6 @@ SMALLM_DEV Vec16 load_weights(const uint8_t* p) {
 #endif
 }
 
-// Ask L2 for the line holding p (no registers, nothing waits on it). HIP: nothing (its callers are CUDA-only).
-SMALLM_DEV void prefetch_l2(const void* p) {
-#if defined(SMALLM_HIP)
-  (void)p;
-#else
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#endif
-}
-
 // Streaming 4-byte weight load (read once per call).
 SMALLM_DEV uint32_t load_weight_word(const uint8_t* p) {
 #if defined(SMALLM_HIP)

@@ -944,9 +944,6 @@ constexpr int kDownMmaChunks = 4;          // chunks of I per job: I <= 256 (FP8
 // parts of two chunks (one 128-wide scale block), taken in turn by the warp that holds the job, the
 // parts' sums added to its y in order (kSplit); its h stage holds up to kDownSplitChunks chunks.
 constexpr int kDownSplitChunks = 8;
-#ifndef SMALLM_DOWN_L2_AHEAD
-#define SMALLM_DOWN_L2_AHEAD 3
-#endif
 // The down's dynamic shared memory (y, 2^e_p, routing weights, staged h) may take what an sm_90 block
 // can have beside its static MmaRouting. The launcher checks it at the smallest grid it may pick (one
 // block per SM, down_mma_smem_at); from about 90 KB one block fits an SM. Qwen3.5 TP4 at 20 tokens
@@ -1056,7 +1053,6 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   static_assert(kCh == 2 || kCh == kDownMmaChunks, "chunks a job's loads hold: 2 or kDownMmaChunks");
   static_assert(!kSplit || (!kFp4 && kCh == 2), "jobs split along I: FP8, parts of two chunks (a scale block)");
   constexpr int kDepth = kCh == 2 ? 3 : 2;  // jobs' W2 in flight per warp (down_mma_ring_chunks)
-  constexpr int kL2Ahead = SMALLM_DOWN_L2_AHEAD;  // kSplit: parts after the ring's asked of L2 before the wait
   // MXFP4 with two chunks: every MMA takes one e8m0 block, its sums scaled in fp32 (four chunks'
   // scales, 32 bytes per row and job, would not fit the registers beside the ring)
   constexpr bool kBlockMma = kFp4 && kCh == 2;
@@ -1146,23 +1142,6 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
     if (job_ok(w + k * kBlockWarps)) issue(w + k * kBlockWarps, ring[k]);
   };
   StaticFor<0, kDepth>::run(prologue);
-  if constexpr (kSplit) {
-    // The parts after the ring's, kL2Ahead of them, asked of L2 now (each lane its own vectors, as issue
-    // will load them): at few tokens a warp's later parts were otherwise requested only after h was
-    // staged, one round trip each (I = 384, 1 token: up to 6 parts a warp, h staged -> jobs done 5.8 us
-    // where I = 256 takes 1.7).
-    for (int k = kDepth; k < kDepth + kL2Ahead; ++k) {
-      const int jj = w + k * kBlockWarps;
-      if (!job_ok(jj)) break;
-      const Part P = part_of(jj);
-      const int i = P.whole / nd, u = P.whole - i * nd;
-      const uint8_t* wb = a.w2 + (size_t)R.id[R.ulead[u]] * a.D * rowb2;
-#pragma unroll
-      for (int c = 0; c < kCh; ++c)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) prefetch_l2(wb + vec_offset<Layout>((b + G * i) * rb + g + 8 * r, 4 * (P.c0 + c) + q, rowb2));
-    }
-  }
   SMALLM_TL_MARK(1, kTlDownIssued);
   grid_dependency_wait();  // h comes from the gate/up kernel (and out may alias what it reads)
   SMALLM_TL_MARK(1, kTlHReady);
