@@ -37,8 +37,8 @@ SMALLM_MMA(kFp8Block128, kRowMajor)
 SMALLM_MMA(kFp8Block128, kShuffle16x16)
 SMALLM_MMA(kMxfp4, kRowMajor)
 SMALLM_MMA(kMxfp4, kShuffle16x16)
-SMALLM_MMA_DOWN(kFp8Block128, kRowMajor, 2, true)  // FP8 jobs split along I (down_mma_split)
-SMALLM_MMA_DOWN(kFp8Block128, kShuffle16x16, 2, true)
+SMALLM_MMA_DOWN(kFp8Block128, kRowMajor, kDownMmaChunks, true)  // FP8 jobs split along I (down_mma_split)
+SMALLM_MMA_DOWN(kFp8Block128, kShuffle16x16, kDownMmaChunks, true)
 #undef SMALLM_MMA
 #undef SMALLM_MMA_DOWN
 #define SMALLM_TMA(NT)                                                                               \
@@ -311,7 +311,7 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // no more blocks than SMs (D / 16 <= SMs) or blocks with uneven row-block counts, and two teams gained.
 // Wide I therefore takes two teams from 2 tokens (and at least kDownTeamsWideMinPairs pairs, the fewest
 // measured to gain) except in that range, which keeps kDownTeamsMinPairs.
-// FP8 jobs split along I (split: I = 384 in three parts) have no such exception: at D = 4096 two teams
+// FP8 jobs split along I (split: I = 384 in parts of 256 and 128) have no such exception: at D = 4096 two teams
 // were faster from 2 tokens ("h200-s40" run 4, three interleaved rounds, us one vs two teams):
 // Qwen3-235B-like 2 tokens (16 pairs) 27.7-27.8 vs 27.3-27.5, 3 (24) 37.9-38.1 vs 37.2-37.3, 4 (32)
 // 48.0-48.1 vs 46.7-46.8; Qwen3.5's D/E/K at I = 384, 2 tokens (22) 36.3-36.4 vs 35.5-35.7; one team at
@@ -342,12 +342,12 @@ int launch_down_mma_teams_ch(const smallm::MoeArgs& a, bool lo8, gpuStream_t str
 // Where I takes at most two chunks (MXFP4 to I = 256, FP8 to 128), the kernel whose jobs hold two
 // chunks, three jobs' W2 in flight per warp instead of two (smallm::down_mma_ring_chunks).
 // SMALLM_DOWN_RING=2 forces the two-job ring (A/B runs). FP8 over four chunks (I > 256) takes the split
-// kernel, whose jobs hold two chunks (SMALLM_DOWN_RING does not apply).
+// kernel, whose jobs' parts hold four chunks (SMALLM_DOWN_RING does not apply).
 template <int Fmt, int Layout>
 int launch_down_mma_teams(const smallm::MoeArgs& a, bool lo8, gpuStream_t stream) {
   static const char* forced = getenv("SMALLM_DOWN_RING");
   if constexpr (Fmt == smallm::kFp8Block128) {
-    if (smallm::down_mma_split<Fmt>(a.I)) return launch_down_mma_teams_ch<Fmt, Layout, 2, true>(a, lo8, stream);
+    if (smallm::down_mma_split<Fmt>(a.I)) return launch_down_mma_teams_ch<Fmt, Layout, smallm::kDownMmaChunks, true>(a, lo8, stream);
   }
   if (smallm::down_mma_ring_chunks<Fmt>(a.I) == 2 && !(forced && forced[0] == '2'))
     return launch_down_mma_teams_ch<Fmt, Layout, 2, false>(a, lo8, stream);

@@ -941,8 +941,10 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
 constexpr int kDownMmaRows = 16;           // output rows per row-block (one MMA tile)
 constexpr int kDownMmaChunks = 4;          // chunks of I per job: I <= 256 (FP8), 512 (MXFP4)
 // FP8 over kDownMmaChunks chunks (I = 384, 512: Qwen3-235B-like at TP4) splits each job along I into
-// parts of two chunks (one 128-wide scale block), taken in turn by the warp that holds the job, the
-// parts' sums added to its y in order (kSplit); its h stage holds up to kDownSplitChunks chunks.
+// parts of up to four chunks (two 128-wide scale blocks; I = 384: four and two), taken in turn by the
+// warp that holds the job, the parts' sums added to its y in order (kSplit); its h stage holds up to
+// kDownSplitChunks chunks. (Parts of two chunks, three jobs' W2 in flight, were 2-4 % slower at 1-12
+// tokens: at 1 token up to six parts one after another per warp; examples/results "h200-s41" run 4.)
 constexpr int kDownSplitChunks = 8;
 // The down's dynamic shared memory (y, 2^e_p, routing weights, staged h) may take what an sm_90 block
 // can have beside its static MmaRouting. The launcher checks it at the smallest grid it may pick (one
@@ -990,10 +992,10 @@ __host__ __device__ inline bool down_mma_takes(int I) {
 // Chunks of I a job's loads hold (the kernel's kCh): 2 where I takes at most two (each warp then keeps
 // three jobs' W2 in flight, its registers no more than two jobs of four chunks: Qwen3.5 MXFP4 TP4 16
 // tokens 153.3 -> 147.2 us, 20: 201.0 -> 187.3; FP8 TP8 16: 84.0 -> 81.9; examples/results "h200-ab6"
-// runs 3-4), else kDownMmaChunks (two jobs); split jobs (down_mma_split) hold two.
+// runs 3-4), else kDownMmaChunks (two jobs; split jobs, down_mma_split, too: a part of four chunks).
 template <int Fmt>
 __host__ __device__ inline int down_mma_ring_chunks(int I) {
-  return down_mma_chunks<Fmt>(I) <= 2 || down_mma_split<Fmt>(I) ? 2 : kDownMmaChunks;
+  return down_mma_chunks<Fmt>(I) <= 2 ? 2 : kDownMmaChunks;
 }
 __host__ __device__ inline int down_mma_exp_floats(int N) { return (N + 3) / 4 * 4; }  // 2^e_p per pair, 16-byte padded
 // lo_bytes: 2 (lo as f16) or 1 (kLo8: lo as e5m2)
@@ -1037,8 +1039,8 @@ struct DownMmaLoads {
 // kTeams = 2: 512 threads (16 warps) per block, from down_teams_min_pairs (hip/smallm_moe.hip): both teams
 // share the routing, the h stage and y, and take the jobs in turn, so twice the W2 is in flight per
 // block (from about 8 tokens at TP4 the h stage holds the SM to one block).
-// kSplit (FP8, I over kDownMmaChunks chunks): a job (row-block, expert) is taken in parts of kCh = 2
-// chunks along I, all by one warp, in order: job index jj holds part (jj / B) % P of job
+// kSplit (FP8, I over kDownMmaChunks chunks): a job (row-block, expert) is taken in parts of kCh = 4
+// chunks along I (the last may hold fewer), all by one warp, in order: job index jj holds part (jj / B) % P of job
 // (jj / (B P)) B + jj % B (B: the block's warps, P: the parts), so a warp's ring holds a job's parts
 // one after another and each part adds its sums to the y that the part before wrote (same lane, same
 // element: no sync, the same order every run).
@@ -1051,7 +1053,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   constexpr int kCv = mma_step_values<Fmt>();  // values of I per chunk
   constexpr int rb = kDownMmaRows;
   static_assert(kCh == 2 || kCh == kDownMmaChunks, "chunks a job's loads hold: 2 or kDownMmaChunks");
-  static_assert(!kSplit || (!kFp4 && kCh == 2), "jobs split along I: FP8, parts of two chunks (a scale block)");
+  static_assert(!kSplit || (!kFp4 && kCh == kDownMmaChunks), "jobs split along I: FP8, parts of four chunks");
   constexpr int kDepth = kCh == 2 ? 3 : 2;  // jobs' W2 in flight per warp (down_mma_ring_chunks)
   // MXFP4 with two chunks: every MMA takes one e8m0 block, its sums scaled in fp32 (four chunks'
   // scales, 32 bytes per row and job, would not fit the registers beside the ring)
@@ -1079,7 +1081,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   const int nd = R.nd, nwhole = nloc * nd;
   // kSplit: jobs are parts (part_of); njobs covers whole rounds of the block's warps, each job checked
   // against nwhole (job_ok)
-  const int nparts = kSplit ? nch / kCh : 1;
+  const int nparts = kSplit ? (nch + kCh - 1) / kCh : 1;  // the last part's chunks past nch: not loaded, not computed
   const int njobs = kSplit ? (nwhole + kBlockWarps - 1) / kBlockWarps * kBlockWarps * nparts : nwhole;
   struct Part {
     int whole, c0;  // the job (row-block, expert) and its first chunk of I

@@ -68,8 +68,8 @@ DOWN_LO8 = Switch("SMALLM_DOWN_LO8", "",
 DOWN_RING = Switch("SMALLM_DOWN_RING", "",
                    "A/B switch (CUDA, tensor-core down): 2 keeps two jobs' weights in flight per warp also where I "
                    "takes at most two chunks (MXFP4 then also scales in f16 relative to the largest of 128 values instead "
-                   "of per block in fp32); unset: three there (MXFP4 to I=256, FP8 to 128) and for FP8 over I=256, whose "
-                   "jobs are split along I in parts of two chunks (the switch does not apply there), else two")
+                   "of per block in fp32); unset: three there (MXFP4 to I=256, FP8 to 128), else two (FP8 over I=256: "
+                   "jobs split along I in parts of four chunks, where the switch does not apply)")
 MMA_SPLIT = Switch("SMALLM_MMA_SPLIT", "1",
                    "A/B switch (CUDA, variant 5): 0 runs calls whose x is over the tensor-core gate/up's f16 stage "
                    "(over 20 tokens at D=4096), or whose token-slot pairs are over the 320 of the tensor-core "

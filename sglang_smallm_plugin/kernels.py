@@ -197,7 +197,7 @@ def _down_mma_chunks(fmt: str, I: int) -> int:
 
 def down_mma_split(fmt: str, I: int) -> bool:
     """hip/smallm_moe_twopass.h down_mma_split: FP8 over DOWN_MMA_CHUNKS chunks, its down jobs split
-    along I into parts of two chunks."""
+    along I into parts of up to DOWN_MMA_CHUNKS chunks (down_mma_parts)."""
     return fmt == FP8_BLOCK128 and _down_mma_chunks(fmt, I) > DOWN_MMA_CHUNKS
 
 
@@ -213,9 +213,18 @@ def down_mma_takes(fmt: str, I: int) -> bool:
 
 def down_mma_ring_chunks(fmt: str, I: int) -> int:
     """hip/smallm_moe_twopass.h down_mma_ring_chunks: chunks of I a tensor-core down job's loads hold, 2
-    (three jobs' W2 in flight per warp) where I takes at most two or the jobs are split, else
-    DOWN_MMA_CHUNKS (two jobs)."""
-    return 2 if _down_mma_chunks(fmt, I) <= 2 or down_mma_split(fmt, I) else DOWN_MMA_CHUNKS
+    (three jobs' W2 in flight per warp) where I takes at most two, else DOWN_MMA_CHUNKS (two jobs; split
+    jobs' parts too)."""
+    return 2 if _down_mma_chunks(fmt, I) <= 2 else DOWN_MMA_CHUNKS
+
+
+def down_mma_parts(fmt: str, I: int) -> list:
+    """The values of I in each part of a split job (down_mma_split; the kernel's nparts parts of kCh =
+    DOWN_MMA_CHUNKS chunks, the last holding what is left), e.g. FP8 I = 384: [256, 128]; [I] unsplit."""
+    if not down_mma_split(fmt, I):
+        return [I]
+    part = DOWN_MMA_CHUNKS * _mma_step_values(fmt)
+    return [min(part, I - p) for p in range(0, I, part)]
 
 
 def _device_sms() -> int:
@@ -401,7 +410,8 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         two_chunks = down_mma_ring_chunks(fmt, I) == 2
         ring2 = two_chunks and not split and envs.DOWN_RING.get().strip()[:1] == "2"
         if split:
-            down += f", each job in {_down_mma_chunks(fmt, I) // 2} parts of 128 along I"
+            parts = down_mma_parts(fmt, I)
+            down += f", each job in {len(parts)} parts along I ({' + '.join(map(str, parts))})"
         if ring2:
             down += ", two jobs' W2 in flight per warp (SMALLM_DOWN_RING=2)"
         if fmt == MXFP4:  # the kernel's chunks per job (kCh): two gives every MMA one e8m0 block (kBlockMma)

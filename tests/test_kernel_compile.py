@@ -268,12 +268,12 @@ def test_mxfp4_tensor_core_kernels_use_mma(sm90a_ptx, kernel, f16_scales, lane_s
 def test_down_kernels_for_both_rings(sm90a_ptx):
     """The tensor-core down is built with jobs of 2 chunks (three jobs' W2 in flight per warp) and of
     kDownMmaChunks (two jobs), for every format, layout, team count and lo-half format: 32 kernels; and,
-    for FP8 only, with jobs split along I in parts of 2 chunks (kSplit): 8 more."""
+    for FP8 only, with jobs split along I in parts of kDownMmaChunks chunks (kSplit): 8 more."""
     names = [n for n in sm90a_ptx if "smallm_down_mma_kernel" in n]
     assert len(names) == 40, names
     assert sum(n.endswith("ELi2ELb0EEEvNS_7MoeArgsE") for n in names) == 16
     assert sum(n.endswith("ELi4ELb0EEEvNS_7MoeArgsE") for n in names) == 16
-    split = [n for n in names if n.endswith("ELi2ELb1EEEvNS_7MoeArgsE")]
+    split = [n for n in names if n.endswith("ELi4ELb1EEEvNS_7MoeArgsE")]
     assert len(split) == 8 and all("smallm_down_mma_kernelILi0E" in n for n in split), split  # format 0: FP8
 
 
@@ -599,7 +599,7 @@ def test_gateup_job_loop_wait_order(sm90a_sass, scoreboards, kernel, waits):
     "_ZN6smallm24smallm_gateup_mma_kernelILi0ELi1ELi8ELi1EEEvNS_7MoeArgsE",  # shuffled
     "_ZN6smallm22smallm_down_mma_kernelILi0ELi0ELi2ELb1ELi4ELb0EEEvNS_7MoeArgsE",
     "_ZN6smallm22smallm_down_mma_kernelILi0ELi0ELi1ELb0ELi4ELb0EEEvNS_7MoeArgsE",
-    "_ZN6smallm22smallm_down_mma_kernelILi0ELi0ELi2ELb1ELi2ELb1EEEvNS_7MoeArgsE",  # jobs split along I (I > 256)
+    "_ZN6smallm22smallm_down_mma_kernelILi0ELi0ELi2ELb1ELi4ELb1EEEvNS_7MoeArgsE",  # jobs split along I (I > 256)
 ])
 def test_fp8_mma_converts_the_upper_pair_in_place(sm90a_sass, kernel):
     """The FP8 tensor-core kernels convert each weight word's two e4m3 pairs with two F2FP, the second

@@ -174,8 +174,8 @@ def test_sort_matches_reference_exactly(case, seed):
      "formats": "fp8_block128,mxfp4", "tokens": "1,3,8,20", "shapes": "qwen35-tp4,qwen35-tp8"},
     # the two-job ring where the launcher keeps three (I in at most two MMA chunks: MXFP4 TP4, FP8 TP8)
     {"SMALLM_DOWN_RING": "2", "formats": "fp8_block128,mxfp4", "tokens": "1,8,16", "shapes": "qwen35-tp4,qwen35-tp8"},
-    # FP8 over 256 of I: the tensor-core down's jobs split along I in parts of 128 (down_mma_split), I = 384
-    # (3 parts) and 512 (4), one-team and two-team blocks (the parts' order follows the block's warps), and
+    # FP8 over 256 of I: the tensor-core down's jobs split along I in parts of 256 (down_mma_split; I = 384: 256 + 128), I = 384
+    # (2 parts) and 512 (2), one-team and two-team blocks (the parts' order follows the block's warps), and
     # h's lo half as e5m2
     {"SMALLM_DOWN_TEAMS": "1", "formats": "fp8_block128", "tokens": "1,3,8,16,20", "shapes": "qwen3-235b-tp4,D2048-E64-K8-I512"},
     {"SMALLM_DOWN_TEAMS": "2", "formats": "fp8_block128", "tokens": "1,3,8,16,20", "shapes": "qwen3-235b-tp4,D2048-E64-K8-I512"},

@@ -94,11 +94,11 @@ def env(monkeypatch):
     (17, 11, 256, "down on tensor cores (2 teams per block: 187 pairs >= 22 at I=256), h's lo half as e5m2 (as f16 its "
                   "stage would take 222912 B, over the 211968 B of a block)"),
     (20, 11, 256, "h's lo half as e5m2"),    # h 220 * 256 * 3 B (e5m2 rows unpadded) + y 220 * 16 * 2 * 4 B + 2^e, tw: 198880 B fit
-    (1, 8, 384, "down on tensor cores, each job in 3 parts of 128 along I"),  # Qwen3-235B-like: split jobs, 8 pairs one team
+    (1, 8, 384, "down on tensor cores, each job in 2 parts along I (256 + 128)"),  # Qwen3-235B-like: split jobs, 8 pairs one team
     (4, 8, 384, "down on tensor cores (2 teams per block: 32 pairs >= 16 at I=384, jobs split along I: from 2 tokens), "
-                "each job in 3 parts of 128 along I"),
+                "each job in 2 parts along I (256 + 128)"),
     (2, 8, 512, "down on tensor cores (2 teams per block: 16 pairs >= 16 at I=512, jobs split along I: from 2 tokens), "
-                "each job in 4 parts of 128 along I"),
+                "each job in 2 parts along I (256 + 256)"),
     (2, 8, 640, "down on CUDA cores (I=640 over 512)"),
     (21, 11, 256, "2 calls of at most 11 tokens (x as f16 is 172032 B, over the 163840 B stage), each two-pass"),
 ])
@@ -213,7 +213,7 @@ def test_down_lo_half(env):
 @pytest.mark.parametrize("fmt, I, chunks", [
     ("mxfp4", 128, 2), ("mxfp4", 256, 2), ("mxfp4", 384, 4), ("mxfp4", 512, 4),   # 128 values of I per chunk
     ("fp8_block128", 128, 2), ("fp8_block128", 256, 4),                           # 64 per chunk
-    ("fp8_block128", 384, 2), ("fp8_block128", 512, 2),                           # split: parts of two chunks
+    ("fp8_block128", 384, 4), ("fp8_block128", 512, 4),                           # split: parts of four chunks
 ])
 def test_down_ring_chunks(env, fmt, I, chunks):
     """kernels.down_mma_ring_chunks mirrors the launcher's choice of the down kernel's kCh (three jobs' W2 in
@@ -225,7 +225,8 @@ def test_down_ring_chunks(env, fmt, I, chunks):
     env.setenv("SMALLM_DOWN_RING", "2")
     plan = kernels.kernel_plan("sm_90", fmt, 1, 8, 4096, I, sms=132)
     assert ("two jobs' W2 in flight per warp (SMALLM_DOWN_RING=2)" in plan) == (chunks == 2 and not split)
-    assert (f"each job in {I // 128} parts of 128 along I" in plan) == split
+    assert ("parts along I" in plan) == split
+    assert kernels.down_mma_parts(fmt, I) == ([256] * (I // 256) + [I % 256] * (I % 256 > 0) if split else [I])
 
 
 @pytest.mark.parametrize("I, ring, per_block", [(128, "", True), (256, "", True), (256, "2", False), (384, "", False)])
@@ -305,7 +306,9 @@ def test_down_ring_rule_matches_the_header():
     text = (HIP / "smallm_moe_twopass.h").read_text()
     body = text[text.index("inline int down_mma_ring_chunks(int I) {"):]
     body = body[:body.index("}")]
-    assert "<= 2 || down_mma_split<Fmt>(I) ? 2 : kDownMmaChunks" in body
+    assert "return down_mma_chunks<Fmt>(I) <= 2 ? 2 : kDownMmaChunks;" in body
+    assert "static_assert(!kSplit || (!kFp4 && kCh == kDownMmaChunks)" in text
+    assert "const int nparts = kSplit ? (nch + kCh - 1) / kCh : 1;" in text
     assert "static_assert(kCh == 2 || kCh == kDownMmaChunks" in text
     split = text[text.index("inline bool down_mma_split(int I) {"):]
     assert "Fmt == kFp8Block128 && down_mma_chunks<Fmt>(I) > kDownMmaChunks" in split[:split.index("}")]
@@ -313,7 +316,7 @@ def test_down_ring_rule_matches_the_header():
     assert "(Fmt == kFp8Block128 ? kDownSplitChunks : kDownMmaChunks)" in takes[:takes.index("}")]
     launcher = (HIP / "smallm_moe.hip").read_text()
     assert "down_mma_ring_chunks<Fmt>(a.I) == 2" in launcher and 'getenv("SMALLM_DOWN_RING")' in launcher
-    assert "if (smallm::down_mma_split<Fmt>(a.I)) return launch_down_mma_teams_ch<Fmt, Layout, 2, true>" in launcher
+    assert "if (smallm::down_mma_split<Fmt>(a.I)) return launch_down_mma_teams_ch<Fmt, Layout, smallm::kDownMmaChunks, true>" in launcher
 
 
 def test_switches_and_other_targets(env):
