@@ -943,8 +943,9 @@ constexpr int kDownMmaChunks = 4;          // chunks of I per job: I <= 256 (FP8
 // FP8 over kDownMmaChunks chunks (I = 384, 512: Qwen3-235B-like at TP4) splits each job along I into
 // parts of up to four chunks (two 128-wide scale blocks; I = 384: four and two), taken in turn by the
 // warp that holds the job, the parts' sums added to its y in order (kSplit); its h stage holds up to
-// kDownSplitChunks chunks. (Parts of two chunks, three jobs' W2 in flight, were 2-4 % slower at 1-12
-// tokens: at 1 token up to six parts one after another per warp; examples/results "h200-s41" run 4.)
+// kDownSplitChunks chunks. (Parts of two chunks, three jobs' W2 in flight, were 1.4-4 % slower at 1-12
+// tokens: at 1 token up to six parts one after another per warp; examples/results "h200-s41" run 4. The
+// four-chunk split kernels take 128 registers and spill 0-28 bytes, as the unsplit four-chunk ones do.)
 constexpr int kDownSplitChunks = 8;
 // The down's dynamic shared memory (y, 2^e_p, routing weights, staged h) may take what an sm_90 block
 // can have beside its static MmaRouting. The launcher checks it at the smallest grid it may pick (one
