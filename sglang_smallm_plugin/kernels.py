@@ -408,7 +408,7 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         if lo_bytes == 1:
             down += f", h's lo half as e5m2 ({lo_why})"
         two_chunks = down_mma_ring_chunks(fmt, I) == 2
-        ring2 = two_chunks and not split and envs.DOWN_RING.get().strip()[:1] == "2"
+        ring2 = two_chunks and envs.DOWN_RING.get().strip()[:1] == "2"  # (split jobs hold four chunks)
         if split:
             parts = down_mma_parts(fmt, I)
             down += f", each job in {len(parts)} parts along I ({' + '.join(map(str, parts))})"
