@@ -4,7 +4,8 @@
 # Qwen3.5's D/E/K at I = 384, and an I = 512 shape), both layouts, SPLIT_TOKENS, SEEDS seeds (default 2).
 # BENCH: `bench` FP8 row-major at BENCH_SHAPES (default the I = 384 ones) and BENCH_TOKENS (default
 # SPLIT_TOKENS), the package's default, then
-# the same with the down forced onto CUDA cores (SMALLM_MMA_DOWN=0, the kernel these shapes took before).
+# the same with the down forced onto CUDA cores (SMALLM_MMA_DOWN=0, the kernel these shapes took before;
+# CUDADOWN=0 leaves that one out).
 # PEER=1: SGLang's Triton FP8 peer (.peer/run.sh, carry ".peer") at Qwen3.5's D/E/K with I = 384, the
 # bench's tokens. TESTS=1: the GPU test file. MEMCHECK=1: compute-sanitizer memcheck over the FP8 selftest at
 # MEMTOKENS (default 2,12) on SPLIT_SHAPES. Logs under $OUT, packed into one file; a short table last.
@@ -29,7 +30,7 @@ if [ "${BENCH:-1}" = 1 ]; then
   stamp bench
   export BENCH_SHAPES=${BENCH_SHAPES:-D4096-E513-K11-I384-S1,qwen3-235b-tp4}
   bench_formats _split "$BT" ""
-  bench_formats _cudadown "$BT" "" SMALLM_MMA_DOWN=0
+  [ "${CUDADOWN:-1}" = 1 ] && bench_formats _cudadown "$BT" "" SMALLM_MMA_DOWN=0
 fi
 PEER_ARGS="--inter 384 --budget-s 180" peer_stage "$BT"
 stamp done
