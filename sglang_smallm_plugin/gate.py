@@ -61,10 +61,12 @@ CAPS: Sequence[Cap] = (
     # kernel vs shipped): 1 token 23.5 vs 37.6, 2: 36.1 vs 50.0, 4: 61.8 vs 75.1, 8: 110.8 vs 129.0 and
     # 109.9 vs 125.3, 10: 132.7 vs 158.2, 12: 170.8 vs 178.1 and 166.9 vs 175.2, 13: 179.8 vs 181.8 (one
     # job, 1 %), 14: 192.7 vs 189.3; from 15 tokens at top-11 the down's h no longer fits a block and runs
-    # on CUDA cores (271.4 vs 204.7). The cap is 12, the last count both jobs found faster. (With the down
-    # on CUDA cores the cap was 2: "h200-s39" run 6.)
-    Cap("sm_90", FP8_BLOCK128, 384, 12, "H200 crossover vs SGLang Triton measured 2026-12-03 at I=384 (faster at 1-12 "
-        "tokens, 8-12 again in a second job; level at 13-14, slower from 15)", hidden_max=4096),
+    # on CUDA cores (271.4 vs 204.7). With its parts of 256 + 128 (4a17ac0; "h200-s42" runs 1 and 2, one
+    # machine): 12: 159.7 vs 175.4 and 159.0 vs 173.4, 13: 173.1 vs 181.7 and 173.5 vs 182.0 (5 %), 14:
+    # 191.4 vs 189.0 and 191.7 vs 189.3 (1 % slower). The cap is 13, the last count every job since 4a17ac0
+    # found faster. (12 before 4a17ac0; with the down on CUDA cores 2: "h200-s39" run 6.)
+    Cap("sm_90", FP8_BLOCK128, 384, 13, "H200 crossover vs SGLang Triton measured 2026-12-04 at I=384 (faster at 1-13 "
+        "tokens, 12-13 in two jobs; slower from 14)", hidden_max=4096),
     Cap("sm_90", FP8_BLOCK128, None, 0, "H200: not measured against SGLang Triton at this I"),
     Cap("sm_90", MXFP4, None, 48, "no SGLang MXFP4 runner on CUDA; kernel-only path"),
 )

@@ -165,8 +165,9 @@ def test_mi355x_default_caps():
     cap, source = gate.token_cap("sm_90", "fp8_block128", 128, 11, 8192)
     assert cap == 20 and "measured at D=4096 only" in source
     assert gate.token_cap("sm_90", "fp8_block128", 128, 11)[0] == 20
-    # I=384: faster than the peer at 1-12 tokens (the down's jobs split along I), measured at D=4096 only
-    assert gate.token_cap("sm_90", "fp8_block128", 384, 8, 4096)[0] == 12
+    # I=384: faster than the peer at 1-13 tokens (the down's jobs split along I), measured at D=4096 only
+    assert gate.token_cap("sm_90", "fp8_block128", 384, 8, 4096)[0] == 13
+    assert gate.token_cap("sm_90", "fp8_block128", 384, 11, 4096)[0] == 13
     assert gate.token_cap("sm_90", "fp8_block128", 512, 8, 4096)[0] == 0   # I=512: not measured against the peer
     assert gate.token_cap("sm_90", "fp8_block128", 384, 5, 6144)[0] == 0  # MiniMax-M3-like: not measured
     assert gate.token_cap("sm_90", "fp8_block128", 384, 8)[0] == 0         # hidden size not given
