@@ -321,9 +321,9 @@ def down_teams_rule(I: int, D: int, K: int, sms: int, split: bool = False):
     teams, and the rule's case in words (split: FP8 jobs split along I, down_mma_split)."""
     if I <= DOWN_TEAMS_NARROW_MAX_INTER:
         return DOWN_TEAMS_NARROW_MIN_PAIRS, f"at I={I}"
-    nrb = D // DOWN_MMA_ROWS
     if split:
         return max(2 * K, DOWN_TEAMS_WIDE_MIN_PAIRS), f"at I={I}, jobs split along I: from 2 tokens"
+    nrb = D // DOWN_MMA_ROWS
     if sms < nrb <= 2 * sms:
         return DOWN_TEAMS_MIN_PAIRS, f"at I={I}, D={D}: one-team blocks would hold one row-block each"
     return max(2 * K, DOWN_TEAMS_WIDE_MIN_PAIRS), f"at I={I}, D={D}: from 2 tokens"
