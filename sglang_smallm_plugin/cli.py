@@ -85,7 +85,9 @@ def main(argv=None):
     d.add_argument("--layout", default=ROW_MAJOR, choices=(ROW_MAJOR, SHUFFLE16),
                    help="weight layout the kernel plan is for (SGLang's FP8 path on CUDA: row_major)")
     d.add_argument("--arch", default=None, help="decision table for this arch instead of the local device")
-    d.add_argument("--tokens", default="1,2,4,8,16,20,21,32,48,49,64")
+    d.add_argument("--tokens", default="",
+                   help="token counts for the decision table (default: 1,2,4,8,16,20,21,32,48,49,64 and the "
+                        "shape's cap and cap + 1)")
     d.set_defaults(fn=cmd_doctor)
 
     m = sub.add_parser("demo", help="the main job: a Qwen3.5-397B-shaped MoE layer through SGLang + the plugin")

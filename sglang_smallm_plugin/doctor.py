@@ -7,6 +7,9 @@ import torch
 
 from . import envs, gate, hookspecs, kernels, sort_gate
 
+# token counts of the decision table where --tokens is not given (with the shape's cap and cap + 1)
+DOCTOR_TOKENS = (1, 2, 4, 8, 16, 20, 21, 32, 48, 49, 64)
+
 
 def _line(label, value):
     print(f"  {label:28} {value}")
@@ -58,9 +61,14 @@ def main(a) -> int:
     for sw in envs.ALL:
         _line(sw.name, f"{sw.get()!r}  ({sw.meaning})")
     arch = a.arch or (info.arch if info.kind != "cpu" else "gfx950")
-    tokens = [int(t) for t in a.tokens.split(",") if t.strip()]
+    cap, cap_source = gate.token_cap(arch, a.format, a.inter, a.top_k, a.hidden)
+    if a.tokens:
+        tokens = [int(t) for t in a.tokens.split(",") if t.strip()]
+    else:  # the usual counts, and where this shape's cap switches to the fallback
+        tokens = sorted(set(DOCTOR_TOKENS) | ({cap, cap + 1} if cap > 0 else set()))
     print(f"Gate decisions for D={a.hidden} I={a.inter} E={a.experts} K={a.top_k} {a.format} {a.layout} on {arch}"
           + ("" if a.arch or info.kind != "cpu" else " (no GPU here: showing MI355X)"))
+    _line("token cap", f"{cap} ({cap_source})")
     for t, eligible, reason in gate.decision_table(arch, a.format, a.hidden, a.inter, a.experts, a.top_k, tokens):
         plan = (f"; runs {kernels.kernel_plan(arch, a.format, t, a.top_k, a.hidden, a.inter, layout=a.layout)}"
                 if eligible else "")

@@ -28,6 +28,16 @@ def test_doctor():
     assert "tokens=20                    kernel" in out and "tokens=21                    fallback  tokens: 21 tokens > cap 20" in out
 
 
+def test_doctor_shows_where_the_cap_switches():
+    # without --tokens the table adds the shape's cap and cap + 1 (H200 FP8 at I=384: 13, measured 2026-12-04)
+    r = _cli("doctor", "--inter", "384", "--arch", "sm_90")
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert "token cap                    13 (H200 crossover vs SGLang Triton" in r.stdout
+    assert "tokens=13                    kernel    13 tokens <= cap 13" in r.stdout
+    assert "tokens=14                    fallback  tokens: 14 tokens > cap 13" in r.stdout
+    assert "tokens=12 " not in r.stdout  # only the usual counts and the cap's two
+
+
 def test_doctor_decision_table_for_other_shapes():
     r = _cli("doctor", "--inter", "128", "--arch", "gfx950", "--tokens", "48,49")
     assert "tokens=48                    kernel" in r.stdout and "tokens=49                    fallback" in r.stdout
