@@ -6,9 +6,10 @@
 # SPLIT_TOKENS), the package's default, then
 # the same with the down forced onto CUDA cores (SMALLM_MMA_DOWN=0, the kernel these shapes took before;
 # CUDADOWN=0 leaves that one out).
-# PEER=1: SGLang's Triton FP8 peer (.peer/run.sh, carry ".peer") at Qwen3.5's D/E/K with I = 384, the
-# bench's tokens. TESTS=1: the GPU test file. MEMCHECK=1: compute-sanitizer memcheck over the FP8 selftest at
-# MEMTOKENS (default 2,12) on SPLIT_SHAPES. Logs under $OUT, packed into one file; a short table last.
+# PEER=1: SGLang's Triton FP8 peer (.peer/run.sh, carry ".peer") at Qwen3.5's D/E/K with I = 384 (PEER_ARGS
+# replaces "--inter 384 --budget-s 180", e.g. "--inter 512 --budget-s 60"; until "h200-s42" run 6 it could
+# not), the bench's tokens. TESTS=1: the GPU test file. MEMCHECK=1: compute-sanitizer memcheck over the
+# FP8 selftest at MEMTOKENS (default 2,12) on SPLIT_SHAPES. Logs under $OUT, packed into one file; a short table last.
 # (Runs 1-2 of examples/results "h200-s40" ran this job with its own copies of the bench, memcheck and peer
 # stages, whose logs were bench_split, bench_cudadown and peer.log; it now calls h200_common.sh's, whose
 # bench logs are bench_fp8_block128_split and bench_fp8_block128_cudadown.)
@@ -32,7 +33,7 @@ if [ "${BENCH:-1}" = 1 ]; then
   bench_formats _split "$BT" ""
   [ "${CUDADOWN:-1}" = 1 ] && bench_formats _cudadown "$BT" "" SMALLM_MMA_DOWN=0
 fi
-PEER_ARGS="--inter 384 --budget-s 180" peer_stage "$BT"
+PEER_ARGS=${PEER_ARGS:-"--inter 384 --budget-s 180"} peer_stage "$BT"
 stamp done
 ls "$OUT"/bench_*.log > /dev/null 2>&1 && bench_summary "$OUT"/bench_*.log
 peer_summary
