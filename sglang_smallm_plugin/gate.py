@@ -63,8 +63,8 @@ CAPS: Sequence[Cap] = (
     # job, 1 %), 14: 192.7 vs 189.3; from 15 tokens at top-11 the down's h no longer fits a block and runs
     # on CUDA cores (271.4 vs 204.7). With its parts of 256 + 128 (4a17ac0; "h200-s42" runs 1 and 2, one
     # machine): 12: 159.7 vs 175.4 and 159.0 vs 173.4, 13: 173.1 vs 181.7 and 173.5 vs 182.0 (5 %), 14:
-    # 191.4 vs 189.0 and 191.7 vs 189.3 (1 % slower). The cap is 13, the last count every job since 4a17ac0
-    # found faster. (12 before 4a17ac0; with the down on CUDA cores 2: "h200-s39" run 6.)
+    # 191.4 vs 189.0 and 191.7 vs 189.3 (1 % slower). The cap is 13, the last count both jobs with the
+    # peer since 4a17ac0 found faster. (12 before 4a17ac0; with the down on CUDA cores 2: "h200-s39" run 6.)
     Cap("sm_90", FP8_BLOCK128, 384, 13, "H200 crossover vs SGLang Triton measured 2026-12-04 at I=384 (faster at 1-13 "
         "tokens, 12-13 in two jobs; slower from 14)", hidden_max=4096),
     Cap("sm_90", FP8_BLOCK128, None, 0, "H200: not measured against SGLang Triton at this I"),
