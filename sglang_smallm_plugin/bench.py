@@ -9,7 +9,10 @@ its gate/up kernel that way, so they show what the launch count alone costs, wit
 
 Byte model per call (explicit, QuACK-style): distinct experts touched x (w13 + w2 + scale bytes)
 + activations in + output out + routing. Roofline = bytes / copy bandwidth, where the copy
-bandwidth counts bytes read + written of a large device-to-device copy.
+bandwidth counts bytes read + written of a large device-to-device copy. Where the launcher runs a call
+as consecutive calls of fewer tokens (kernels.launch_token_parts: x over the tensor-core stage), each part
+reads its own tokens' experts, so an expert routed from two parts is read twice: the bench reports
+those weight bytes too (call_weight_bytes), beside the floor's, which reads each expert once.
 """
 
 import json
@@ -89,6 +92,18 @@ def time_read_floor(flats, id_sets, expert_bytes, reps=20, rounds=3, split=None,
     return min(graph_us(body_for(chunks), len(flats), reps, rounds) for chunks in FLOOR_CHUNKS)
 
 
+def call_weight_bytes(topk_ids, shape, weight_format, parts) -> int:
+    """Expert weight bytes the launcher's calls read for one call: per part of consecutive tokens
+    (parts: their token counts, kernels.launch_token_parts), its distinct experts x expert bytes."""
+    ids = topk_ids.long()
+    total, t0 = 0, 0
+    for n in parts:
+        p = ids[t0:t0 + n]
+        total += int(torch.unique(p[(p >= 0) & (p < shape.experts)]).numel())
+        t0 += n
+    return total * shape.expert_bytes(weight_format)
+
+
 def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda", echo=print) -> list:
     arch = kernels.device_info(device).arch
     cap = gate.shape_cap(arch, weight_format, shape)
@@ -109,8 +124,12 @@ def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda
         floor2d = time_read_floor(flats, ids, eb, split=w13, dependent=True)
         roof = nbytes / bw * 1e6
         plan = kernels.kernel_plan(arch, weight_format, t, shape.slots, shape.hidden, shape.inter, layout=layout)
+        parts = kernels.launch_token_parts(arch, weight_format, t, shape.slots, shape.hidden)
+        calls_mb = statistics.mean(call_weight_bytes(c.topk_ids, shape, weight_format, parts) for c in calls) / 1e6
+        floor_mb = nd * eb / 1e6
         row = dict(shape=shape.name, format=weight_format, layout=layout, tokens=t, distinct=nd,
-                   mbytes=nbytes / 1e6, kernel_us=us, roofline_us=roof, frac_roofline=roof / us,
+                   mbytes=nbytes / 1e6, calls=len(parts), calls_weight_mbytes=calls_mb, floor_weight_mbytes=floor_mb,
+                   kernel_us=us, roofline_us=roof, frac_roofline=roof / us,
                    read_floor_us=floor, over_floor=us / floor, read_floor_2launch_us=floor2,
                    read_floor_2dep_us=floor2d, over_floor_2dep=us / floor2d, in_cap=t <= cap, fallback_us=None,
                    kernels=plan)
@@ -118,7 +137,9 @@ def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda
         echo(f"{shape.name:14} {weight_format:12} {layout:12} T={t:3d} distinct={nd:6.1f} {nbytes / 1e6:8.1f} MB "
              f"kernel {us:7.1f} us  read floor {floor:7.1f} us ({us / floor:4.2f}x)  roofline {roof:7.1f} us  "
              f"{roof / us:5.0%}  two-launch floors {floor2:7.1f} / {floor2d:7.1f} us ({us / floor2d:4.2f}x)"
-             f"{'' if t <= cap else '  (above cap)'}  [{plan}]")
+             + (f"  {len(parts)} calls read {calls_mb:.1f} MB of weights, {calls_mb / floor_mb:.2f}x the floor's"
+                if len(parts) > 1 else "")
+             + f"{'' if t <= cap else '  (above cap)'}  [{plan}]")
     del weights, flats
     torch.cuda.empty_cache()
     return rows
@@ -182,12 +203,14 @@ def run(shapes=("qwen35-tp4", "qwen35-tp8"), formats=(FP8_BLOCK128,), layouts=(R
     dependent = ("as a programmatic dependent" if torch.version.hip is None
                  else "again stream-ordered (ROCm: no programmatic dependent launch)")
     echo(f"\n(two-launch floors: W13, then W2 in a second launch, stream-ordered / {dependent})")
+    echo("(calls: the launcher's calls for one; weights read: by those calls, over the floor's, which reads each "
+         "expert once)")
     echo("| shape | format | layout | T | distinct | MB | kernel µs | read floor µs | kernel / floor | roofline µs | "
-         "of roofline | two-launch floors µs | kernel / dependent floor |")
-    echo("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+         "of roofline | two-launch floors µs | kernel / dependent floor | calls | weights read |")
+    echo("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         echo(f"| {r['shape']} | {r['format']} | {r['layout']} | {r['tokens']} | {r['distinct']:.1f} | {r['mbytes']:.1f} | "
              f"{r['kernel_us']:.1f} | {r['read_floor_us']:.1f} | {r['over_floor']:.2f}x | {r['roofline_us']:.1f} | "
              f"{r['frac_roofline']:.0%} | {r['read_floor_2launch_us']:.1f} / {r['read_floor_2dep_us']:.1f} | "
-             f"{r['over_floor_2dep']:.2f}x |")
+             f"{r['over_floor_2dep']:.2f}x | {r['calls']} | {r['calls_weight_mbytes'] / r['floor_weight_mbytes']:.2f}x |")
     return rows

@@ -329,6 +329,36 @@ def down_teams_rule(I: int, D: int, K: int, sms: int, split: bool = False):
     return max(2 * K, DOWN_TEAMS_WIDE_MIN_PAIRS), f"at I={I}, D={D}: from 2 tokens"
 
 
+def _variant(arch: str) -> str:
+    """The MoE kernel variant the launcher runs on this arch (SMALLM_KERNEL_VARIANT where it names one)."""
+    from . import envs
+
+    v = envs.KERNEL_VARIANT.get().strip()
+    cuda = arch.startswith("sm_")
+    return v if v in (("0", "1", "5") if cuda else ("0", "5")) else ("5" if cuda else "0")
+
+
+def _split_part(fmt: str, T: int, K: int, D: int) -> int:
+    """Tokens per part where the launcher runs a tensor-core call as consecutive calls (SMALLM_MMA_SPLIT,
+    mma_split_tokens), else 0. For a call already on the tensor-core path (kernel_plan's checks)."""
+    from . import envs
+
+    part = mma_split_tokens(fmt, T, K, D, _split_tokens_setting())
+    return part if envs.MMA_SPLIT.enabled() and 0 < part < T else 0
+
+
+def launch_token_parts(arch: str, fmt: str, T: int, K: int, D: int) -> list:
+    """The token counts of the consecutive calls the launcher makes for one call of T tokens (each part
+    reads the weights of its own tokens' experts; the bench's byte model counts them): [T] where it
+    makes one."""
+    from . import envs
+
+    if not (arch.startswith("sm_") and _variant(arch) == "5" and _twopass_fits(fmt, D) and envs.MMA.enabled()):
+        return [T]
+    part = _split_part(fmt, T, K, D)
+    return [min(part, T - t0) for t0 in range(0, T, part)] if part else [T]
+
+
 def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Optional[int] = None,
                 layout: str = ROW_MAJOR, build: Optional[str] = None) -> str:
     """The kernels the launcher runs for a call of this shape, and why, in words (sms: the device's
@@ -336,9 +366,7 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
     from . import envs
 
     cuda = arch.startswith("sm_")
-    v = envs.KERNEL_VARIANT.get().strip()
-    allowed = ("0", "1", "5") if cuda else ("0", "5")
-    variant = v if v in allowed else ("5" if cuda else "0")
+    variant = _variant(arch)
     block = f"block kernel (variant {variant})"
     if variant == "5" and not _twopass_fits(fmt, D):
         return f"block kernel (variant {1 if cuda and fmt == FP8_BLOCK128 else 0}): D={D} too wide for the two-pass gate/up"
@@ -350,15 +378,15 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
     sms = sms or _device_sms()  # once, for every tensor-core choice below (and the split calls' plans)
     x_bytes, step = gateup_x_stage_bytes(T, D), _mma_step_values(fmt)
     forced_most = _split_tokens_setting()
-    part = mma_split_tokens(fmt, T, K, D, forced_most)
-    if envs.MMA_SPLIT.enabled() and 0 < part < T:
+    part = _split_part(fmt, T, K, D)
+    if part:
         parts = -(-T // part)
         why = (_mma_over(T, K, D, fmt) if not _gateup_mma_fits(fmt, T, K, D)
                else f"SMALLM_MMA_SPLIT_TOKENS={forced_most}")
         return f"{parts} calls of at most {part} tokens ({why}), each " + kernel_plan(arch, fmt, part, K, D, I, sms, layout, build)
     if not _gateup_mma_fits(fmt, T, K, D):
         return (f"two-pass (variant 5): gate/up and down on CUDA cores ({_mma_over(T, K, D, fmt)}"
-                f"{': SMALLM_MMA_SPLIT=0' if part else ''})")
+                f"{': SMALLM_MMA_SPLIT=0' if mma_split_tokens(fmt, T, K, D, forced_most) else ''})")
     forced = envs.GATEUP_TEAMS.get().strip()[:1]  # the launcher reads the first character
     tma_no = gateup_tma_why_not(arch, fmt, layout, T, K, D, I, sms, build)
     fused = not tma_no and envs.GATEUP_TMA.get().strip()[:1] == "3"

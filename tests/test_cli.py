@@ -126,3 +126,66 @@ def test_bench_two_launch_floor_splits_each_expert_at_its_w13_bytes(fmt):
         assert shape.w13_bytes(fmt) == w13, shape.name
         assert shape.expert_bytes(fmt) == w13 + w2, shape.name
         assert w13 % 16 == 0 and w2 % 16 == 0, shape.name
+
+
+def test_launch_token_parts_follow_the_launcher_split(monkeypatch):
+    """The token counts of the launcher's consecutive calls (consecutive token ranges of mma_split_tokens'
+    size): one call where x fits the tensor-core stage, near-equal parts above; one call where no split
+    runs (gfx950, SMALLM_MMA_SPLIT=0, the block kernel)."""
+    from sglang_smallm_plugin import kernels
+
+    for var in ("SMALLM_MMA_SPLIT", "SMALLM_MMA_SPLIT_TOKENS", "SMALLM_KERNEL_VARIANT", "SMALLM_MMA"):
+        monkeypatch.delenv(var, raising=False)
+    assert kernels.launch_token_parts("sm_90", "fp8_block128", 20, 11, 4096) == [20]
+    assert kernels.launch_token_parts("sm_90", "fp8_block128", 21, 11, 4096) == [11, 10]
+    assert kernels.launch_token_parts("sm_90", "fp8_block128", 28, 11, 4096) == [14, 14]
+    assert kernels.launch_token_parts("sm_90", "mxfp4", 41, 11, 4096) == [14, 14, 13]
+    assert kernels.launch_token_parts("gfx950", "fp8_block128", 28, 11, 4096) == [28]
+    monkeypatch.setenv("SMALLM_MMA_SPLIT_TOKENS", "10")
+    assert kernels.launch_token_parts("sm_90", "fp8_block128", 19, 11, 4096) == [10, 9]
+    monkeypatch.setenv("SMALLM_MMA_SPLIT", "0")
+    assert kernels.launch_token_parts("sm_90", "fp8_block128", 28, 11, 4096) == [28]
+    monkeypatch.delenv("SMALLM_MMA_SPLIT")
+    monkeypatch.setenv("SMALLM_KERNEL_VARIANT", "1")
+    assert kernels.launch_token_parts("sm_90", "fp8_block128", 28, 11, 4096) == [28]
+    # each part appears in the plan the logs print
+    monkeypatch.delenv("SMALLM_KERNEL_VARIANT")
+    monkeypatch.delenv("SMALLM_MMA_SPLIT_TOKENS")
+    assert kernels.kernel_plan("sm_90", "fp8_block128", 28, 11, 4096, 256, sms=132).startswith("2 calls of at most 14 tokens")
+
+
+def test_bench_call_weight_bytes_counts_an_expert_once_per_part():
+    """The bench's byte model for split calls: an expert routed from two parts is read by both, once per
+    part; ids outside [0, E) (SGLang's -1 padding) are not weights read."""
+    import torch
+
+    from sglang_smallm_plugin import bench
+    from sglang_smallm_plugin.shapes import shape_by_name
+
+    shape = shape_by_name("qwen35-tp4")
+    eb = shape.expert_bytes("fp8_block128")
+    ids = torch.tensor([[1, 2], [2, 3], [2, 5], [1, -1]], dtype=torch.int32)
+    assert bench.call_weight_bytes(ids, shape, "fp8_block128", [4]) == 4 * eb            # 1, 2, 3, 5
+    assert bench.call_weight_bytes(ids, shape, "fp8_block128", [2, 2]) == (3 + 3) * eb   # {1,2,3} + {1,2,5}
+    assert bench.call_weight_bytes(ids, shape, "fp8_block128", [1, 1, 1, 1]) == (2 + 2 + 2 + 1) * eb
+
+
+def test_bench_shape_rows_carry_the_split_calls_bytes(monkeypatch):
+    """bench_shape's own bookkeeping on CPU (the timings stubbed: they need the GPU): rows say how many calls
+    the launcher makes and what weight bytes those calls read beside the floor's."""
+    from sglang_smallm_plugin import bench, kernels
+    from sglang_smallm_plugin.shapes import shape_by_name
+
+    for var in ("SMALLM_MMA_SPLIT", "SMALLM_MMA_SPLIT_TOKENS", "SMALLM_KERNEL_VARIANT", "SMALLM_MMA"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(kernels, "device_info", lambda device=None: kernels.DeviceInfo("cuda", "stub", "sm_90"))
+    monkeypatch.setattr(kernels, "_device_sms", lambda: 132)
+    monkeypatch.setattr(bench, "time_graph", lambda calls: 100.0)
+    monkeypatch.setattr(bench, "time_read_floor", lambda *a, **k: 80.0)
+    lines = []
+    rows = bench.bench_shape(shape_by_name("D4096-E33-K11-I128"), "fp8_block128", "row_major", [4, 28], bw=4e12, copies=2,
+                             device="cpu", echo=lines.append)
+    one, split = rows
+    assert one["calls"] == 1 and one["calls_weight_mbytes"] == one["floor_weight_mbytes"]
+    assert split["calls"] == 2 and split["calls_weight_mbytes"] > split["floor_weight_mbytes"]
+    assert "2 calls read" in lines[1] and "calls read" not in lines[0]
