@@ -104,10 +104,23 @@ def call_weight_bytes(topk_ids, shape, weight_format, parts) -> int:
     return total * shape.expert_bytes(weight_format)
 
 
-def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda", echo=print) -> list:
+def fallback_timer(shape, weight_format, weights, device):
+    """SGLang's FusedMoE layers over the bench's row-major weight copies, timed with the kernels off
+    (sglang_integration/fallback_timing.py)."""
+    from .sglang_integration.fallback_timing import FallbackTimer
+
+    return FallbackTimer(shape, weight_format, weights, device)
+
+
+def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda", echo=print,
+                fallback=True) -> list:
+    """fallback: also time the path SGLang takes without the plugin, on the row-major rows (its time does
+    not depend on the layout the kernel reads; SGLang lays the weights out for its own runner)."""
     arch = kernels.device_info(device).arch
     cap = gate.shape_cap(arch, weight_format, shape)
     weights = [make_weights(shape, weight_format, layout, 1000 + c, device) for c in range(copies)]
+    timer = fallback_timer(shape, weight_format, weights, device) if fallback and layout == ROW_MAJOR else None
+    said = False  # a reason the fallback has no time is printed once per shape
     eb = shape.expert_bytes(weight_format)
     flats = [torch.randint(0, 255, (shape.experts * eb,), dtype=torch.uint8, device=device) for _ in range(copies)]
     rows = []
@@ -123,6 +136,7 @@ def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda
         floor2 = time_read_floor(flats, ids, eb, split=w13)
         floor2d = time_read_floor(flats, ids, eb, split=w13, dependent=True)
         roof = nbytes / bw * 1e6
+        fb_us, fb_note = timer.time_us(calls) if timer is not None else (None, "")
         plan = kernels.kernel_plan(arch, weight_format, t, shape.slots, shape.hidden, shape.inter, layout=layout)
         parts = kernels.launch_token_parts(arch, weight_format, t, shape.slots, shape.hidden)
         calls_mb = statistics.mean(call_weight_bytes(c.topk_ids, shape, weight_format, parts) for c in calls) / 1e6
@@ -131,16 +145,20 @@ def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda
                    mbytes=nbytes / 1e6, calls=len(parts), calls_weight_mbytes=calls_mb, floor_weight_mbytes=floor_mb,
                    kernel_us=us, roofline_us=roof, frac_roofline=roof / us,
                    read_floor_us=floor, over_floor=us / floor, read_floor_2launch_us=floor2,
-                   read_floor_2dep_us=floor2d, over_floor_2dep=us / floor2d, in_cap=t <= cap, fallback_us=None,
-                   kernels=plan)
+                   read_floor_2dep_us=floor2d, over_floor_2dep=us / floor2d, in_cap=t <= cap, fallback_us=fb_us,
+                   fallback_note=fb_note, kernels=plan)
         rows.append(row)
         echo(f"{shape.name:14} {weight_format:12} {layout:12} T={t:3d} distinct={nd:6.1f} {nbytes / 1e6:8.1f} MB "
              f"kernel {us:7.1f} us  read floor {floor:7.1f} us ({us / floor:4.2f}x)  roofline {roof:7.1f} us  "
              f"{roof / us:5.0%}  two-launch floors {floor2:7.1f} / {floor2d:7.1f} us ({us / floor2d:4.2f}x)"
              + (f"  {len(parts)} calls read {calls_mb:.1f} MB of weights, {calls_mb / floor_mb:.2f}x the floor's"
                 if len(parts) > 1 else "")
+             + (f"  fallback {fb_us:7.1f} us ({fb_us / us:4.2f}x the kernel's)" if fb_us is not None else "")
              + f"{'' if t <= cap else '  (above cap)'}  [{plan}]")
-    del weights, flats
+        if fb_us is None and fb_note and not said:
+            echo(f"  fallback: no time here ({fb_note})")
+            said = True
+    del weights, flats, timer
     torch.cuda.empty_cache()
     return rows
 
@@ -183,7 +201,7 @@ def plot(rows, path):
 
 
 def run(shapes=("qwen35-tp4", "qwen35-tp8"), formats=(FP8_BLOCK128,), layouts=(ROW_MAJOR,),
-        tokens=DEFAULT_TOKENS, out_dir=".", copies=8, echo=print) -> list:
+        tokens=DEFAULT_TOKENS, out_dir=".", copies=8, echo=print, fallback=True) -> list:
     info = kernels.require_gpu_kernels("bench", "on CPU run `sglang-smallm demo` instead")
     bw = copy_bandwidth()
     echo(f"bench on {info.name} ({info.arch}) {time.strftime('%Y-%m-%d %H:%M:%S')}; copy bandwidth {bw / 1e12:.3f} TB/s "
@@ -192,7 +210,8 @@ def run(shapes=("qwen35-tp4", "qwen35-tp8"), formats=(FP8_BLOCK128,), layouts=(R
     for fmt in formats:
         for name in shapes:
             for layout in layouts:
-                rows += bench_shape(shape_by_name(name), fmt, layout, tokens, bw, copies=copies, echo=echo)
+                rows += bench_shape(shape_by_name(name), fmt, layout, tokens, bw, copies=copies, echo=echo,
+                                    fallback=fallback)
     os.makedirs(out_dir, exist_ok=True)
     meta = dict(device=info.name, arch=info.arch, date=time.strftime("%Y-%m-%d"), copy_bw_tbs=bw / 1e12,
                 torch=torch.__version__, copies=copies)
@@ -206,11 +225,12 @@ def run(shapes=("qwen35-tp4", "qwen35-tp8"), formats=(FP8_BLOCK128,), layouts=(R
     echo("(calls: the launcher's calls for one; weights read: by those calls, over the floor's, which reads each "
          "expert once)")
     echo("| shape | format | layout | T | distinct | MB | kernel µs | read floor µs | kernel / floor | roofline µs | "
-         "of roofline | two-launch floors µs | kernel / dependent floor | calls | weights read |")
-    echo("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+         "of roofline | two-launch floors µs | kernel / dependent floor | calls | weights read | fallback µs |")
+    echo("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         echo(f"| {r['shape']} | {r['format']} | {r['layout']} | {r['tokens']} | {r['distinct']:.1f} | {r['mbytes']:.1f} | "
              f"{r['kernel_us']:.1f} | {r['read_floor_us']:.1f} | {r['over_floor']:.2f}x | {r['roofline_us']:.1f} | "
              f"{r['frac_roofline']:.0%} | {r['read_floor_2launch_us']:.1f} / {r['read_floor_2dep_us']:.1f} | "
-             f"{r['over_floor_2dep']:.2f}x | {r['calls']} | {r['calls_weight_mbytes'] / r['floor_weight_mbytes']:.2f}x |")
+             f"{r['over_floor_2dep']:.2f}x | {r['calls']} | {r['calls_weight_mbytes'] / r['floor_weight_mbytes']:.2f}x | "
+             f"{'-' if r['fallback_us'] is None else format(r['fallback_us'], '.1f')} |")
     return rows

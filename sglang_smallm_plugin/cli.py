@@ -50,7 +50,7 @@ def cmd_bench(a):
     from . import bench
 
     bench.run(shapes=_shapes(a.shapes), formats=_csv(a.formats), layouts=_csv(a.layouts),
-              tokens=_csv(a.tokens, int), out_dir=a.out, copies=a.copies)
+              tokens=_csv(a.tokens, int), out_dir=a.out, copies=a.copies, fallback=not a.no_fallback)
     return 0
 
 
@@ -105,6 +105,8 @@ def main(argv=None):
     b.add_argument("--copies", type=int, default=8)
     b.add_argument("--out", default="bench_out")
     b.add_argument("--sort", action="store_true", help="the sort benchmark instead (ours vs the fallback's sort)")
+    b.add_argument("--no-fallback", action="store_true",
+                   help="do not time the fallback (SGLang's own FusedMoE with the kernels off) beside the kernel")
     b.set_defaults(fn=cmd_bench)
 
     s = sub.add_parser("selftest", help="kernel numerics on this GPU against the reference")

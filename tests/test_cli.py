@@ -184,7 +184,7 @@ def test_bench_shape_rows_carry_the_split_calls_bytes(monkeypatch):
     monkeypatch.setattr(bench, "time_read_floor", lambda *a, **k: 80.0)
     lines = []
     rows = bench.bench_shape(shape_by_name("D4096-E33-K11-I128"), "fp8_block128", "row_major", [4, 28], bw=4e12, copies=2,
-                             device="cpu", echo=lines.append)
+                             device="cpu", echo=lines.append, fallback=False)
     one, split = rows
     assert one["calls"] == 1 and one["calls_weight_mbytes"] == one["floor_weight_mbytes"]
     assert split["calls"] == 2 and split["calls_weight_mbytes"] > split["floor_weight_mbytes"]

@@ -1,0 +1,85 @@
+"""The fallback's time for `sglang-smallm bench`: SGLang's own FusedMoE layer, built with
+`--moe-runner-backend smallm` by layer_harness, run with SGLANG_ROCM_SMALLM_MOE=0, so every call takes the
+runner SGLang would use without the plugin (AITER on ROCm, Triton on CUDA). One layer per weight copy, the
+calls rotated among them in one CUDA graph as the kernel's are, so neither path finds its weights in L2.
+
+Where the fallback cannot run on this machine (no SGLang, a scheme SGLang does not run here, a runner
+that cannot be captured or called), the bench gets the reason instead of a time; it never fails for it.
+"""
+
+import contextlib
+import os
+import time
+
+import torch
+
+from .. import envs
+from ..timing import graph_us
+
+
+@contextlib.contextmanager
+def kernels_off():
+    """SGLANG_ROCM_SMALLM_MOE=0 for the duration (the runner reads it per call), then as it was."""
+    old = os.environ.get(envs.KERNELS.name)
+    os.environ[envs.KERNELS.name] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(envs.KERNELS.name, None)
+        else:
+            os.environ[envs.KERNELS.name] = old
+
+
+def _why(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:200]}"
+
+
+class FallbackTimer:
+    """SGLang's FusedMoE layers for one shape and weight format, one per weight copy (row-major weights
+    from testdata.make_weights; SGLang lays them out for its own runner). `layers` is empty and `reason`
+    says why where they cannot be built here."""
+
+    def __init__(self, shape, weight_format: str, weights: list, device):
+        self.layers, self.reason, self.name = [], "", "?"
+        try:
+            from . import layer_harness
+
+            layer_harness.setup("smallm")
+            with kernels_off():
+                self.layers = [layer_harness.build_layer(shape, weight_format, w, device=device) for w in weights]
+            core = layer_harness.moe_method(self.layers[0]).runner.runner_core
+            self.name = core.fallback_backend.value if core.fallback_backend else "none"
+        except Exception as e:  # noqa: BLE001 - any failure is a reason shown in the bench, not a crash
+            self.layers, self.reason = [], f"the fallback's layer cannot be built here: {_why(e)}"
+
+    def time_us(self, calls) -> tuple:
+        """-> (µs per call or None, note): the calls (one per layer, rotated) through the layers' fallback,
+        in one CUDA graph; eagerly where the graph cannot be captured (the note says so)."""
+        if not self.layers:
+            return None, self.reason
+        from . import layer_harness
+
+        def body():
+            for layer, c in zip(self.layers, calls):
+                layer_harness.forward(layer, c.x, c.topk_weights, c.topk_ids)
+
+        with kernels_off():
+            path = layer_harness.decide(self.layers[0], calls[0]).path
+            if not path.startswith("fallback"):
+                return None, f"the layer took {path}, not its fallback"
+            try:
+                return graph_us(body, len(calls)), f"{path}, CUDA graph"
+            except Exception as graph_error:  # noqa: BLE001
+                graph_why = _why(graph_error)
+            try:
+                body()
+                torch.cuda.synchronize()
+                t0, reps = time.perf_counter(), 10
+                for _ in range(reps):
+                    body()
+                torch.cuda.synchronize()
+                return (time.perf_counter() - t0) / (reps * len(calls)) * 1e6, f"{path}, eager (graph: {graph_why})"
+            except Exception as e:  # noqa: BLE001
+                return None, f"{path} not runnable here: {_why(e)}"

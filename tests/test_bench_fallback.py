@@ -1,0 +1,67 @@
+"""`sglang-smallm bench` times the fallback beside the kernel: SGLang's own FusedMoE layer with the kernels
+off (sglang_integration/fallback_timing.py). On CPU SGLang's runners cannot run, so these tests show the
+plumbing: the layer's real decision, the switch on only while the fallback runs, one row per token count
+with its time or the reason it has none, the reason printed once, never a failed bench."""
+
+import os
+
+import pytest
+
+from sglang_smallm_plugin import bench, kernels
+from sglang_smallm_plugin.shapes import shape_by_name
+
+SHAPE = "D1024-E9-K3-I128"  # small: one SGLang layer per weight copy is built on CPU
+
+
+@pytest.fixture
+def cpu_bench(monkeypatch, sglang_smallm):
+    monkeypatch.setattr(kernels, "device_info", lambda device=None: kernels.DeviceInfo("cuda", "stub", "sm_90"))
+    monkeypatch.setattr(kernels, "_device_sms", lambda: 132)
+    monkeypatch.setattr(bench, "time_graph", lambda calls: 100.0)
+    monkeypatch.setattr(bench, "time_read_floor", lambda *a, **k: 80.0)
+    return sglang_smallm
+
+
+def test_fallback_not_runnable_here_is_a_reason_not_a_failure(cpu_bench):
+    lines = []
+    rows = bench.bench_shape(shape_by_name(SHAPE), "fp8_block128", "row_major", [1, 4], bw=4e12, copies=2,
+                             device="cpu", echo=lines.append)
+    assert [r["fallback_us"] for r in rows] == [None, None]
+    assert all("fallback:triton not runnable here" in r["fallback_note"] for r in rows)
+    said = [ln for ln in lines if ln.startswith("  fallback: no time here")]
+    assert len(said) == 1 and "registers CUDA kernels only" in said[0]
+    assert os.environ.get("SGLANG_ROCM_SMALLM_MOE") is None  # the switch is back as it was
+
+
+def test_fallback_time_is_the_layers_with_the_kernels_off(cpu_bench, monkeypatch):
+    """A stand-in for the GPU's runner (forward) and graph timing: the bench gets their time, the layer
+    decided for its fallback, and the kernels were off during the calls only."""
+    from sglang_smallm_plugin import envs
+    from sglang_smallm_plugin.sglang_integration import fallback_timing
+
+    seen = []
+    monkeypatch.setattr(cpu_bench, "forward", lambda layer, x, w, ids: seen.append((envs.KERNELS.enabled(), x.shape[0])))
+
+    def fake_graph_us(body, launches):
+        body()
+        return 42.0
+
+    monkeypatch.setattr(fallback_timing, "graph_us", fake_graph_us)
+    lines = []
+    rows = bench.bench_shape(shape_by_name(SHAPE), "fp8_block128", "row_major", [2, 5], bw=4e12, copies=3,
+                             device="cpu", echo=lines.append)
+    assert [r["fallback_us"] for r in rows] == [42.0, 42.0]
+    assert all(r["fallback_note"] == "fallback:triton, CUDA graph" for r in rows)
+    assert seen == [(False, 2)] * 3 + [(False, 5)] * 3  # each weight copy's layer once per call, kernels off
+    assert envs.KERNELS.enabled()
+    assert "fallback    42.0 us (0.42x the kernel's)" in lines[0]
+
+
+def test_no_fallback_timing_for_other_layouts_or_when_asked(cpu_bench, monkeypatch):
+    built = []
+    monkeypatch.setattr(bench, "fallback_timer", lambda *a: built.append(a))
+    for layout, fallback in (("shuffle16x16", True), ("row_major", False)):
+        rows = bench.bench_shape(shape_by_name(SHAPE), "fp8_block128", layout, [1], bw=4e12, copies=1,
+                                 device="cpu", echo=lambda s: None, fallback=fallback)
+        assert rows[0]["fallback_us"] is None and rows[0]["fallback_note"] == ""
+    assert built == []
