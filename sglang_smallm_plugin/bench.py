@@ -112,20 +112,35 @@ def fallback_timer(shape, weight_format, weights, device):
     return FallbackTimer(shape, weight_format, weights, device)
 
 
+def time_fallback(rows, calls_of, timer, echo) -> None:
+    """Each row's fallback_us and fallback_note from the timer (rows of one shape); a line per token count
+    with a time, the reason once where there is none."""
+    said = False
+    for row in rows:
+        us, note = timer.time_us(calls_of[row["tokens"]])
+        row.update(fallback_us=us, fallback_note=note)
+        if us is not None:
+            echo(f"{row['shape']:14} {row['format']:12} {row['layout']:12} T={row['tokens']:3d} fallback {us:7.1f} us "
+                 f"({us / row['kernel_us']:4.2f}x the kernel's)  [{note}]")
+        elif not said:
+            echo(f"{row['shape']:14} {row['format']:12} fallback: no time here ({note})")
+            said = True
+
+
 def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda", echo=print,
                 fallback=True) -> list:
     """fallback: also time the path SGLang takes without the plugin, on the row-major rows (its time does
-    not depend on the layout the kernel reads; SGLang lays the weights out for its own runner)."""
+    not depend on the layout the kernel reads; SGLang lays the weights out for its own runner). The
+    fallback runs after every kernel and floor row of the shape, so nothing it does can touch those."""
     arch = kernels.device_info(device).arch
     cap = gate.shape_cap(arch, weight_format, shape)
     weights = [make_weights(shape, weight_format, layout, 1000 + c, device) for c in range(copies)]
-    timer = fallback_timer(shape, weight_format, weights, device) if fallback and layout == ROW_MAJOR else None
-    said = False  # a reason the fallback has no time is printed once per shape
     eb = shape.expert_bytes(weight_format)
     flats = [torch.randint(0, 255, (shape.experts * eb,), dtype=torch.uint8, device=device) for _ in range(copies)]
-    rows = []
+    rows, calls_of = [], {}
     for t in tokens:
-        calls = [make_call(shape, weight_format, layout, t, 17 * t + c, device, weights[c]) for c in range(copies)]
+        calls = calls_of[t] = [make_call(shape, weight_format, layout, t, 17 * t + c, device, weights[c])
+                               for c in range(copies)]
         stats = [call_bytes(c, shape, weight_format) for c in calls]
         nd = statistics.mean(s[0] for s in stats)
         nbytes = statistics.mean(s[1] for s in stats)
@@ -136,7 +151,6 @@ def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda
         floor2 = time_read_floor(flats, ids, eb, split=w13)
         floor2d = time_read_floor(flats, ids, eb, split=w13, dependent=True)
         roof = nbytes / bw * 1e6
-        fb_us, fb_note = timer.time_us(calls) if timer is not None else (None, "")
         plan = kernels.kernel_plan(arch, weight_format, t, shape.slots, shape.hidden, shape.inter, layout=layout)
         parts = kernels.launch_token_parts(arch, weight_format, t, shape.slots, shape.hidden)
         calls_mb = statistics.mean(call_weight_bytes(c.topk_ids, shape, weight_format, parts) for c in calls) / 1e6
@@ -145,20 +159,18 @@ def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda
                    mbytes=nbytes / 1e6, calls=len(parts), calls_weight_mbytes=calls_mb, floor_weight_mbytes=floor_mb,
                    kernel_us=us, roofline_us=roof, frac_roofline=roof / us,
                    read_floor_us=floor, over_floor=us / floor, read_floor_2launch_us=floor2,
-                   read_floor_2dep_us=floor2d, over_floor_2dep=us / floor2d, in_cap=t <= cap, fallback_us=fb_us,
-                   fallback_note=fb_note, kernels=plan)
+                   read_floor_2dep_us=floor2d, over_floor_2dep=us / floor2d, in_cap=t <= cap, fallback_us=None,
+                   fallback_note="", kernels=plan)
         rows.append(row)
         echo(f"{shape.name:14} {weight_format:12} {layout:12} T={t:3d} distinct={nd:6.1f} {nbytes / 1e6:8.1f} MB "
              f"kernel {us:7.1f} us  read floor {floor:7.1f} us ({us / floor:4.2f}x)  roofline {roof:7.1f} us  "
              f"{roof / us:5.0%}  two-launch floors {floor2:7.1f} / {floor2d:7.1f} us ({us / floor2d:4.2f}x)"
              + (f"  {len(parts)} calls read {calls_mb:.1f} MB of weights, {calls_mb / floor_mb:.2f}x the floor's"
                 if len(parts) > 1 else "")
-             + (f"  fallback {fb_us:7.1f} us ({fb_us / us:4.2f}x the kernel's)" if fb_us is not None else "")
              + f"{'' if t <= cap else '  (above cap)'}  [{plan}]")
-        if fb_us is None and fb_note and not said:
-            echo(f"  fallback: no time here ({fb_note})")
-            said = True
-    del weights, flats, timer
+    if fallback and layout == ROW_MAJOR:
+        time_fallback(rows, calls_of, fallback_timer(shape, weight_format, weights, device), echo)
+    del weights, flats, calls_of
     torch.cuda.empty_cache()
     return rows
 
