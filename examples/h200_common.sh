@@ -20,9 +20,12 @@ build() {  # the package for sm_90a (examples/h200_job.sh build); exits the job 
 
 bench_formats() {  # bench_formats SUFFIX FP8_TOKENS MXFP4_TOKENS [VAR=value...]: `sglang-smallm bench`,
   # BENCH_SHAPES (default Qwen3.5 TP4/TP8) row-major, FP8 then MXFP4 (a format with no token counts not
-  # at all), into $OUT/bench_<format>SUFFIX{,.log}; VAR=value for both
+  # at all), into $OUT/bench_<format>SUFFIX{,.log}; VAR=value for both. BENCH_FALLBACK=1 also times the
+  # fallback (SGLang's FusedMoE with the kernels off; SGLang must be importable): off by default, as the
+  # jobs before it ran, SGLang's peer (../shared/peer) being the H200 comparison
   local sfx=$1 ft=$2 mt=$3; shift 3
   local B="--shapes ${BENCH_SHAPES:-qwen35-tp4,qwen35-tp8} --layouts row_major"
+  [ "${BENCH_FALLBACK:-0}" = 1 ] || B="$B --no-fallback"
   [ -n "$ft" ] && timeout 240 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_fp8_block128$sfx" $B --tokens "$ft" \
     --formats fp8_block128 > "$OUT/bench_fp8_block128$sfx.log" 2>&1
   [ -n "$mt" ] && timeout 200 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_mxfp4$sfx" $B --tokens "$mt" \
