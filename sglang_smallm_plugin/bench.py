@@ -50,9 +50,13 @@ def copy_bandwidth(device="cuda", nbytes=4 << 30, reps=20) -> float:
     return 2 * nbytes / statistics.median(ts)
 
 
+def touched_experts(ids, experts: int):
+    """The distinct expert ids among `ids` that are weights read: those in [0, experts) (SGLang pads with -1)."""
+    return torch.unique(ids[(ids >= 0) & (ids < experts)])
+
+
 def call_bytes(call, shape, weight_format) -> tuple:
-    ids = call.topk_ids.long()
-    nd = int(torch.unique(ids[(ids >= 0) & (ids < shape.experts)]).numel())
+    nd = int(touched_experts(call.topk_ids, shape.experts).numel())
     act = call.x.numel() * 2 * 2 + call.topk_ids.numel() * 8
     return nd, nd * shape.expert_bytes(weight_format) + act
 
@@ -95,11 +99,9 @@ def time_read_floor(flats, id_sets, expert_bytes, reps=20, rounds=3, split=None,
 def call_weight_bytes(topk_ids, shape, weight_format, parts) -> int:
     """Expert weight bytes the launcher's calls read for one call: per part of consecutive tokens
     (parts: their token counts, kernels.launch_token_parts), its distinct experts x expert bytes."""
-    ids = topk_ids.long()
     total, t0 = 0, 0
     for n in parts:
-        p = ids[t0:t0 + n]
-        total += int(torch.unique(p[(p >= 0) & (p < shape.experts)]).numel())
+        total += int(touched_experts(topk_ids[t0:t0 + n], shape.experts).numel())
         t0 += n
     return total * shape.expert_bytes(weight_format)
 
@@ -145,7 +147,7 @@ def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda
         nd = statistics.mean(s[0] for s in stats)
         nbytes = statistics.mean(s[1] for s in stats)
         us = time_graph(calls)
-        ids = [torch.unique(c.topk_ids[(c.topk_ids >= 0) & (c.topk_ids < shape.experts)]).to(torch.int32) for c in calls]
+        ids = [touched_experts(c.topk_ids, shape.experts).to(torch.int32) for c in calls]
         floor = time_read_floor(flats, ids, eb)
         w13 = shape.w13_bytes(weight_format)
         floor2 = time_read_floor(flats, ids, eb, split=w13)
