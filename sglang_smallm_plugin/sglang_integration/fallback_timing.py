@@ -42,15 +42,13 @@ class FallbackTimer:
     says why where they cannot be built here."""
 
     def __init__(self, shape, weight_format: str, weights: list, device):
-        self.layers, self.reason, self.name = [], "", "?"
+        self.layers, self.reason = [], ""
         try:
             from . import layer_harness
 
             layer_harness.setup("smallm")
             with kernels_off():
                 self.layers = [layer_harness.build_layer(shape, weight_format, w, device=device) for w in weights]
-            core = layer_harness.moe_method(self.layers[0]).runner.runner_core
-            self.name = core.fallback_backend.value if core.fallback_backend else "none"
         except Exception as e:  # noqa: BLE001 - any failure is a reason shown in the bench, not a crash
             self.layers, self.reason = [], f"the fallback's layer cannot be built here: {_why(e)}"
 
