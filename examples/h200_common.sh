@@ -81,6 +81,21 @@ peer_summary() {  # SGLang's Triton FP8 peer (.peer/run.sh), shipped config, per
   [ -e "$OUT/peer.log" ] && grep -E "T= *[0-9]+ shipped +jit +full" "$OUT/peer.log" | sed -E 's/ +/ /g' | cut -c1-45
 }
 
+sglang_env() {  # SGLang 0.5.23's Python code into /tmp/sg and its pure-Python imports into /tmp/sgsite, from the
+  # carried .peer/ (../shared/peer/prepare.sh) and .sglgpu/ (examples/sglang_gpu/prepare.sh); then SGLang
+  # imports with PYTHONPATH=$SG_PATH (sgl_kernel: our import-only stub). Log: $OUT/sglang_env.log
+  [ -d "$R/.peer" ] && [ -d "$R/.sglgpu" ] || { echo "carry .peer and .sglgpu"; return 2; }
+  mkdir -p /tmp/sg && tar xzf "$R/.peer/sglang.tgz" -C /tmp/sg
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/sgsite \
+    "$R"/.peer/whl/*.whl "$R"/.sglgpu/*.whl > "$OUT/sglang_env.log" 2>&1 || { tail -5 "$OUT/sglang_env.log"; return 12; }
+  python3 -c 'import importlib.metadata as m, sys; from packaging.version import Version
+sys.exit(0 if Version(m.version("typing_extensions")) >= Version("4.14.1") else 1)' || \
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/sgsite \
+    "$R"/.peer/whl_te/*.whl >> "$OUT/sglang_env.log" 2>&1
+  return 0
+}
+SG_PATH=/tmp/sgsite:/tmp/sg:$R/examples/sglang_gpu/stubs
+
 pack() {  # everything under $OUT into one file (one file comes back)
   (cd "$OUT" && tar czf /tmp/smallm_logs.tgz . && rm -rf ./* && mv /tmp/smallm_logs.tgz .)
 }

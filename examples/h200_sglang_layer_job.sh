@@ -14,18 +14,12 @@ source examples/h200_common.sh
 stamp build
 build
 stamp sglang-env
-mkdir -p /tmp/sg && tar xzf .peer/sglang.tgz -C /tmp/sg
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/sgsite \
-  .peer/whl/*.whl .sglgpu/*.whl > "$OUT/sglang_env.log" 2>&1 || { tail -5 "$OUT/sglang_env.log"; pack; exit 12; }
-python3 -c 'import importlib.metadata as m, sys; from packaging.version import Version
-sys.exit(0 if Version(m.version("typing_extensions")) >= Version("4.14.1") else 1)' || \
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/sgsite \
-  .peer/whl_te/*.whl >> "$OUT/sglang_env.log" 2>&1
+sglang_env || { pack; exit 12; }
 for fmt in ${FORMATS:-fp8_block128}; do
   stamp "layer-check $fmt"
   tokens=1,2,3,8,40,41; [ "$fmt" = mxfp4 ] && tokens=1,2,3,8,48,49  # each format's H200 cap and one more
   (cd /tmp && SMALLM_CHECK_FORMAT=$fmt SMALLM_CHECK_TOKENS=${SMALLM_CHECK_TOKENS:-$tokens} \
-    PYTHONPATH=/tmp/sgsite:/tmp/sg:$R/examples/sglang_gpu/stubs timeout 400 python3 "$R/examples/gpu_sglang_layer_check.py" \
+    PYTHONPATH=$SG_PATH timeout 400 python3 "$R/examples/gpu_sglang_layer_check.py" \
     > "$OUT/layer_check_$fmt.log" 2>&1; echo "rc=$?" >> "$OUT/layer_check_$fmt.log")
 done
 stamp done

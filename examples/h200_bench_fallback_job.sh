@@ -1,0 +1,28 @@
+#!/bin/bash
+# One H200 job: `sglang-smallm bench` with its fallback column, i.e. SGLang 0.5.23's own FusedMoE built with
+# --moe-runner-backend smallm and timed with SGLANG_ROCM_SMALLM_MOE=0 beside the kernel
+# (sglang_integration/fallback_timing.py). SGLang from the carried .peer/ and .sglgpu/ as in
+# h200_sglang_layer_job.sh (carry [".peer", ".sglgpu"]); sgl_kernel is an import-only stub, so on this
+# machine SGLang's Triton runner runs where it aligns with its own Triton kernel (at most 64 token-slot
+# pairs) and the bench prints the reason above that. FB_SHAPES (default Qwen3.5 TP4/TP8), FB_TOKENS (FP8,
+# default 1,2,4,5,8), FB_MXTOKENS (MXFP4, default 1,8: SGLang's Quark MXFP4 scheme does not run on CUDA,
+# so a reason is expected). PEER=1 also runs SGLang's peer (.peer/run.sh) at FB_TOKENS, so the fallback's
+# times can be read beside the peer's shipped configuration. Logs under $OUT, packed; a short table last.
+source examples/h200_common.sh
+stamp build
+build
+stamp sglang-env
+sglang_env || { pack; exit 12; }
+cd /tmp
+stamp bench
+BENCH_SHAPES=${FB_SHAPES:-qwen35-tp4,qwen35-tp8} BENCH_FALLBACK=1 \
+  bench_formats _fallback "${FB_TOKENS:-1,2,4,5,8}" "${FB_MXTOKENS:-1,8}" PYTHONPATH="$SG_PATH"
+PEER_ARGS=${PEER_ARGS:-} peer_stage "${FB_TOKENS:-1,2,4,5,8}"
+stamp done
+for f in "$OUT"/bench_*_fallback.log; do
+  echo "== $(basename "$f" .log)"
+  grep -E " fallback |fallback: no time|Traceback|Error" "$f" | sed -E 's/ +/ /g' | cut -c1-200 | head -24
+done
+bench_summary "$OUT"/bench_*_fallback.log
+peer_summary
+pack
