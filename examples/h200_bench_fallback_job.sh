@@ -2,10 +2,11 @@
 # One H200 job: `sglang-smallm bench` with its fallback column, i.e. SGLang 0.5.23's own FusedMoE built with
 # --moe-runner-backend smallm and timed with SGLANG_ROCM_SMALLM_MOE=0 beside the kernel
 # (sglang_integration/fallback_timing.py). SGLang from the carried .peer/ and .sglgpu/ as in
-# h200_sglang_layer_job.sh (carry [".peer", ".sglgpu"]); sgl_kernel is an import-only stub, so on this
-# machine SGLang's Triton runner runs where it aligns with its own Triton kernel (at most 64 token-slot
-# pairs) and the bench prints the reason above that. FB_SHAPES (default Qwen3.5 TP4/TP8), FB_TOKENS (FP8,
-# default 1,2,4,5,8), FB_MXTOKENS (MXFP4, default 1,8: SGLang's Quark MXFP4 scheme does not run on CUDA,
+# h200_sglang_layer_job.sh (carry [".peer", ".sglgpu"]); sgl_kernel is an import-only stub but for
+# moe_align_block_size, which SGLang's Triton runner calls from 65 token-slot pairs and which the stub runs
+# by SGLang's own JIT build of the op (SMALLM_STUB_ALIGN=0: raises, and the bench prints that reason;
+# "h200-s43" run 1 ran before the stub had it). FB_SHAPES (default Qwen3.5 TP4/TP8), FB_TOKENS (FP8,
+# default 1,2,4,5,8), FB_MXTOKENS (MXFP4, default 1,8, "-" for none; SGLang's Quark MXFP4 scheme does not run on CUDA,
 # so a reason is expected). PEER=1 also runs SGLang's peer (.peer/run.sh) at FB_TOKENS, so the fallback's
 # times can be read beside the peer's shipped configuration. Logs under $OUT, packed; a short table last.
 source examples/h200_common.sh
@@ -16,7 +17,7 @@ sglang_env || { pack; exit 12; }
 cd /tmp
 stamp bench
 BENCH_SHAPES=${FB_SHAPES:-qwen35-tp4,qwen35-tp8} BENCH_FALLBACK=1 \
-  bench_formats _fallback "${FB_TOKENS:-1,2,4,5,8}" "${FB_MXTOKENS:-1,8}" PYTHONPATH="$SG_PATH"
+  bench_formats _fallback "${FB_TOKENS:-1,2,4,5,8}" "$( [ "${FB_MXTOKENS:-1,8}" = - ] || echo "${FB_MXTOKENS:-1,8}")" PYTHONPATH="$SG_PATH"
 PEER_ARGS=${PEER_ARGS:-} peer_stage "${FB_TOKENS:-1,2,4,5,8}"
 stamp done
 for f in "$OUT"/bench_*_fallback.log; do

@@ -83,7 +83,8 @@ peer_summary() {  # SGLang's Triton FP8 peer (.peer/run.sh), shipped config, per
 
 sglang_env() {  # SGLang 0.5.23's Python code into /tmp/sg and its pure-Python imports into /tmp/sgsite, from the
   # carried .peer/ (../shared/peer/prepare.sh) and .sglgpu/ (examples/sglang_gpu/prepare.sh); then SGLang
-  # imports with PYTHONPATH=$SG_PATH (sgl_kernel: our import-only stub). Log: $OUT/sglang_env.log
+  # imports with PYTHONPATH=$SG_PATH (sgl_kernel: our import-only stub, whose moe_align_block_size is SGLang's
+  # JIT build of that op, built with this machine's nvcc into SGLANG_JIT_CACHE_DIR). Log: $OUT/sglang_env.log
   [ -d "$R/.peer" ] && [ -d "$R/.sglgpu" ] || { echo "carry .peer and .sglgpu"; return 2; }
   mkdir -p /tmp/sg && tar xzf "$R/.peer/sglang.tgz" -C /tmp/sg
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/sgsite \
@@ -92,6 +93,14 @@ sglang_env() {  # SGLang 0.5.23's Python code into /tmp/sg and its pure-Python i
 sys.exit(0 if Version(m.version("typing_extensions")) >= Version("4.14.1") else 1)' || \
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/sgsite \
     "$R"/.peer/whl_te/*.whl >> "$OUT/sglang_env.log" 2>&1
+  export SGLANG_JIT_CACHE_DIR=${SGLANG_JIT_CACHE_DIR:-/tmp/jitcache}
+  if [ -z "${CUDA_HOME:-}" ]; then  # as ../shared/peer/run.sh finds it
+    local c
+    for c in "$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")" /usr/local/cuda /usr/local/cuda-13.0; do
+      if [ -e "$c/lib64/libcudart.so" ] && [ -x "$c/bin/nvcc" ]; then export CUDA_HOME=$c; break; fi
+    done
+  fi
+  echo "CUDA_HOME=${CUDA_HOME:-unset}" >> "$OUT/sglang_env.log"
   return 0
 }
 SG_PATH=/tmp/sgsite:/tmp/sg:$R/examples/sglang_gpu/stubs

@@ -57,14 +57,29 @@ def test_ab_summary_reads_settings_of_several_variables(tmp_path):
 
 def test_sgl_kernel_stub_imports_anything_and_raises_when_called():
     """examples/sglang_gpu/stubs (the H200 layer job's sgl_kernel): any submodule and attribute chain
-    imports, as SGLang's CUDA import branches need; calling any of them raises its own error."""
+    imports, as SGLang's CUDA import branches need; calling any of them raises its own error, but for
+    moe_align_block_size, which goes to SGLang's JIT build of the op (here a stand-in module that echoes
+    its arguments) unless SMALLM_STUB_ALIGN=0 or with ignore_invalid_expert (no JIT build of that)."""
     code = """
+import os, sys, types
+jit = types.ModuleType('sglang.kernels.ops.moe.moe_align')
+jit.moe_align_block_size = lambda *a: print('JIT', a)
+for name in ('sglang', 'sglang.kernels', 'sglang.kernels.ops', 'sglang.kernels.ops.moe'):
+    sys.modules[name] = types.ModuleType(name)
+sys.modules[jit.__name__] = jit
 import sgl_kernel
 from sgl_kernel.quantization import ggml_dequantize
 from sgl_kernel.scalar_type import scalar_types
 kinds = [scalar_types.uint4b8, scalar_types.uint8b128]
+sgl_kernel.moe_align_block_size(*range(7))
+sgl_kernel.moe_align_block_size(*range(8))
 try:
-    sgl_kernel.moe_align_block_size(1, 2)
+    sgl_kernel.moe_align_block_size(*range(7), True, True)
+except sgl_kernel.SglKernelStubCalled as e:
+    print('RAISED', e)
+os.environ['SMALLM_STUB_ALIGN'] = '0'
+try:
+    sgl_kernel.moe_align_block_size(*range(7))
 except sgl_kernel.SglKernelStubCalled as e:
     print('RAISED', e)
 try:
@@ -76,7 +91,9 @@ print('KINDS', kinds)
     stubs = ROOT / "examples" / "sglang_gpu" / "stubs"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(stubs)})
     assert r.returncode == 0, r.stderr
-    assert "RAISED sgl_kernel.moe_align_block_size called" in r.stdout
+    assert "JIT (0, 1, 2, 3, 4, 5, 6, False)" in r.stdout and "JIT (0, 1, 2, 3, 4, 5, 6, 7)" in r.stdout
+    assert "moe_align_block_size called, but sgl_kernel here is an import-only stub (ignore_invalid_expert" in r.stdout
+    assert "moe_align_block_size called, but sgl_kernel here is an import-only stub (SMALLM_STUB_ALIGN=0)" in r.stdout
     assert "RAISED sgl_kernel.quantization.ggml_dequantize called" in r.stdout
     assert "<sgl_kernel stub sgl_kernel.scalar_type.scalar_types.uint4b8>" in r.stdout
 

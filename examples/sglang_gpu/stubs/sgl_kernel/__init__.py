@@ -2,7 +2,12 @@
 (sglang-kernel 0.4.10 pins torch 2.14.1, the image has 2.11, and it takes 1.2 GB installed). Any attribute of this package or of
 any submodule (`sgl_kernel.quantization`, ...), and any attribute of those, raises SglKernelStubCalled
 when called: SGLang's modules import, and whatever would run one of these ops fails loudly instead
-(examples/gpu_sglang_layer_check.py reports such a check as not runnable there)."""
+(examples/gpu_sglang_layer_check.py reports such a check as not runnable there).
+
+One exception: `moe_align_block_size`, which SGLang's Triton MoE runner calls from 65 token-slot pairs
+on, runs SGLang's own JIT build of the same op (sglang.kernels.ops.moe.moe_align, which SGLang registers
+as that op's JIT backend and itself uses for some calls; ../shared/peer times SGLang's Triton path with
+it too). It needs nvcc on the machine; SMALLM_STUB_ALIGN=0 makes it raise like the rest."""
 
 import importlib.abc
 import importlib.machinery
@@ -57,6 +62,21 @@ class _Submodules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 sys.meta_path.insert(0, _Submodules())
+
+
+def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad,
+                         cumsum_buffer, pad_sorted_token_ids=False, ignore_invalid_expert=False):
+    """sgl_kernel's op by SGLang's JIT build of it (the module docstring); raises where that cannot stand in."""
+    import os
+
+    if os.environ.get("SMALLM_STUB_ALIGN", "1") == "0" or ignore_invalid_expert:
+        why = "SMALLM_STUB_ALIGN=0" if not ignore_invalid_expert else "ignore_invalid_expert has no JIT build"
+        raise SglKernelStubCalled(f"{__name__}.moe_align_block_size called, but sgl_kernel here is an import-only "
+                                  f"stub ({why})")
+    from sglang.kernels.ops.moe.moe_align import moe_align_block_size as jit_align
+
+    jit_align(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad, cumsum_buffer,
+              pad_sorted_token_ids)
 
 
 def __getattr__(name):
