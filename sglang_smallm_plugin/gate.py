@@ -50,6 +50,20 @@ CAPS: Sequence[Cap] = (
     # were measured at D=4096: a wider hidden size splits sooner (x's stage holds 160 KB), so there the
     # caps stay 20, the count measured before the split existed. Shapes not measured against the peer
     # do not use the kernel.
+    # D <= 2048 (Qwen3-Next-80B-like: E=513, top-10) against SGLang's own FusedMoE with the kernels off (the
+    # fallback the gate chooses against: `bench`'s fallback column, examples/results "h200-s43" runs 2-4, one
+    # job per shape, us kernel vs fallback). The kernel is 1.8-2.5x its read floor there, against 1.26-1.77x at
+    # D=4096, and the D=4096 caps would send it slower calls. I=128: faster at every count measured, 1-28
+    # (28: 76.9 vs 93.2). I=256: faster at 1-20 (16: 88.8 vs 90.0, 20: 102.6 vs 105.0), 47 % slower at 28
+    # (192.7 vs 131.3: at D=2048 x still fits its stage, so the call is not split, and the down's stage does
+    # not fit a block, so it runs on CUDA cores). I=512: faster at 1 token (21.3 vs 24.0; 22.4 vs 23.9 in
+    # run 2), slower from 2 (31.8 vs 30.2, 39.8 vs 38.4 at 3). I=384 there is not measured and takes I=512's.
+    Cap("sm_90", FP8_BLOCK128, 128, 28, "H200 vs SGLang's layer measured 2026-12-04 at D=2048 (faster at 1-28 tokens; "
+        "more not measured)", hidden_max=2048),
+    Cap("sm_90", FP8_BLOCK128, 256, 20, "H200 vs SGLang's layer measured 2026-12-04 at D=2048 (faster at 1-20 tokens, "
+        "47 % slower at 28)", hidden_max=2048),
+    Cap("sm_90", FP8_BLOCK128, 512, 1, "H200 vs SGLang's layer measured 2026-12-04 at D=2048, I=512 (faster at 1 token, "
+        "slower from 2; I=384 not measured)", hidden_max=2048),
     Cap("sm_90", FP8_BLOCK128, 128, 40, "H200 crossover vs SGLang Triton measured 2026-12-01 (split calls above 20)",
         hidden_max=4096),
     Cap("sm_90", FP8_BLOCK128, 128, 20, "H200: measured up to 20 tokens; the split calls above were measured at D=4096 only"),
@@ -67,6 +81,12 @@ CAPS: Sequence[Cap] = (
     # peer since 4a17ac0 found faster. (12 before 4a17ac0; with the down on CUDA cores 2: "h200-s39" run 6.)
     Cap("sm_90", FP8_BLOCK128, 384, 13, "H200 crossover vs SGLang Triton measured 2026-12-04 at I=384 (faster at 1-13 "
         "tokens, 12-13 in two jobs; slower from 14)", hidden_max=4096),
+    # I=512 at D=4096 (D4096-E513-K11-I512) against SGLang's own FusedMoE with the kernels off ("h200-s43" run 3,
+    # us kernel vs fallback; ../shared/peer does not model SGLang's configuration for this I): 1 token 26.7 vs
+    # 36.9, 2: 42.3 vs 50.3, 4: 72.2 vs 80.4, 5: 89.8 vs 102.5, 6: 103.6 vs 110.6 (7 %), 8: 138.2 vs 135.2
+    # (2 % slower; 138.6 vs 134.9 in run 2). The cap is 6; 7 is not measured.
+    Cap("sm_90", FP8_BLOCK128, 512, 6, "H200 vs SGLang's layer measured 2026-12-04 at I=512 (faster at 1-6 tokens, "
+        "slower at 8 in two jobs)", hidden_max=4096),
     Cap("sm_90", FP8_BLOCK128, None, 0, "H200: not measured against SGLang Triton at this I"),
     Cap("sm_90", MXFP4, None, 48, "no SGLang MXFP4 runner on CUDA; kernel-only path"),
 )

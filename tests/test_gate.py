@@ -160,7 +160,14 @@ def test_mi355x_default_caps():
     assert cap == 20 and "measured at D=4096 only" in source
     assert gate.token_cap("sm_90", "fp8_block128", 256, 11)[0] == 20  # hidden size not given
     assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 4096)[0] == 40  # split calls, faster than the peer to 41
-    assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 2048)[0] == 40
+    # D <= 2048 against SGLang's layer ("h200-s43"): the kernel is further from its floor there
+    assert gate.token_cap("sm_90", "fp8_block128", 128, 10, 2048)[0] == 28
+    cap, source = gate.token_cap("sm_90", "fp8_block128", 256, 10, 2048)
+    assert cap == 20 and "D=2048" in source and "slower at 28" in source
+    assert gate.token_cap("sm_90", "fp8_block128", 512, 10, 2048)[0] == 1
+    assert gate.token_cap("sm_90", "fp8_block128", 384, 10, 2048)[0] == 1  # not measured: I=512's
+    assert gate.token_cap("sm_90", "fp8_block128", 128, 10, 1024)[0] == 28
+    assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 3072)[0] == 40  # D=4096's rows above 2048
     # the split was measured at D=4096 only: wider (or unknown) hidden sizes keep the cap measured before it
     cap, source = gate.token_cap("sm_90", "fp8_block128", 128, 11, 8192)
     assert cap == 20 and "measured at D=4096 only" in source
@@ -168,10 +175,12 @@ def test_mi355x_default_caps():
     # I=384: faster than the peer at 1-13 tokens (the down's jobs split along I), measured at D=4096 only
     assert gate.token_cap("sm_90", "fp8_block128", 384, 8, 4096)[0] == 13
     assert gate.token_cap("sm_90", "fp8_block128", 384, 11, 4096)[0] == 13
-    assert gate.token_cap("sm_90", "fp8_block128", 512, 8, 4096)[0] == 0   # I=512: not measured against the peer
+    cap, source = gate.token_cap("sm_90", "fp8_block128", 512, 11, 4096)  # against SGLang's layer, "h200-s43" run 3
+    assert cap == 6 and "I=512" in source
+    assert gate.token_cap("sm_90", "fp8_block128", 640, 8, 4096)[0] == 0  # I > 512: not measured
     assert gate.token_cap("sm_90", "fp8_block128", 384, 5, 6144)[0] == 0  # MiniMax-M3-like: not measured
     assert gate.token_cap("sm_90", "fp8_block128", 384, 8)[0] == 0         # hidden size not given
-    assert gate.token_cap("sm_90", "fp8_block128", 512, 8, 4096)[0] == 0
+    assert gate.token_cap("sm_90", "fp8_block128", 512, 8)[0] == 0
 
 
 def test_decision_table_for_doctor():
