@@ -48,6 +48,9 @@ def _find_cuda_home() -> None:
 
 def kernel_extensions():
     mode = os.environ.get("SGLANG_SMALLM_BUILD", "auto").strip().lower()
+    if mode not in ("auto", "1", "0", "false", "no", "off"):  # envs.BUILD.accepts
+        raise SystemExit(f"[sglang-smallm build] SGLANG_SMALLM_BUILD={mode!r} is not a value it takes (auto, 1, 0). "
+                         "Fix: 1 to require the kernels, 0 to skip them, or unset it.")
     if mode in ("0", "false", "no", "off"):
         return _no_build(mode, "SGLANG_SMALLM_BUILD=0")
     _find_cuda_home()

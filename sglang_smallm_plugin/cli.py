@@ -125,7 +125,16 @@ def main(argv=None):
     i.add_argument("--out", default="isa_out")
     i.set_defaults(fn=cmd_isa)
 
+    for sp in (m, b, s):  # the commands that run kernels refuse a switch set to a value it does not take
+        sp.set_defaults(check_switches=True)
     a = p.parse_args(argv)
+    if getattr(a, "check_switches", False):
+        from . import envs
+
+        try:
+            envs.check()
+        except ValueError as e:
+            raise SystemExit(str(e))
     return a.fn(a)
 
 

@@ -59,7 +59,8 @@ def main(a) -> int:
         _line(f"sort {p.name} (prio {p.priority})", f"{'can serve' if can else 'cannot serve'}: {reason}")
     print("Environment switches")
     for sw in envs.ALL:
-        _line(sw.name, f"{sw.get()!r}  ({sw.meaning})")
+        problem = sw.problem()
+        _line(sw.name, f"NOT TAKEN: {problem}" if problem else f"{sw.get()!r}  ({sw.meaning})")
     arch = a.arch or (info.arch if info.kind != "cpu" else "gfx950")
     cap, cap_source = gate.token_cap(arch, a.format, a.inter, a.top_k, a.hidden)
     if a.tokens:

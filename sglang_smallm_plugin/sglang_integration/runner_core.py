@@ -196,6 +196,7 @@ def build_smallm_runner(method, layer, config, *, weight_format, fallback_runner
 
     from .. import envs
 
+    envs.check()  # a switch set to a value it does not take fails the startup, naming the fix
     ep = int(getattr(layer, "moe_ep_size", 1) or 1)
     if ep > 1:
         raise RuntimeError(
