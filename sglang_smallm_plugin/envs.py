@@ -5,7 +5,7 @@ character or leading digits, so SMALLM_MMA=false would have meant on there and o
 
 import os
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional
 
 BOOL = ("0", "1", "true", "false", "yes", "no", "on", "off")  # read here, in Python
 ZERO_ONE = ("0", "1")  # read by the kernel launcher: off where the value starts with 0
@@ -52,30 +52,38 @@ TRACE = Switch("SGLANG_SMALLM_TRACE", "0", "1 logs every pluggy hook call of the
 REFERENCE = Switch("SGLANG_SMALLM_REFERENCE", "0",
                    "1 lets the pure-torch reference provider serve GPU tensors (debugging only: slow)", accepts=BOOL)
 BUILD = Switch("SGLANG_SMALLM_BUILD", "auto",
-               "install-time kernel build: auto (build when torch has CUDA/ROCm), 1 (must build), 0 (skip)", accepts=("auto", "1", "0", "false", "no", "off"))
+               "install-time kernel build: auto (build when torch has CUDA/ROCm), 1 (must build), 0 (skip)",
+               accepts=("auto", "1", "0", "false", "no", "off"))
 ARCH = Switch("SGLANG_SMALLM_ARCH", "", "override the build target (e.g. gfx950, gfx942, sm_90a)")
-LOG_ALL_RANKS = Switch("SGLANG_SMALLM_LOG_ALL_RANKS", "0", "1 logs path decisions on every rank, not only rank 0", accepts=BOOL)
+LOG_ALL_RANKS = Switch("SGLANG_SMALLM_LOG_ALL_RANKS", "0", "1 logs path decisions on every rank, not only rank 0",
+                       accepts=BOOL)
 
 KERNEL_VARIANT = Switch("SMALLM_KERNEL_VARIANT", "",
                         "A/B switch (read once by the kernel launcher; kernels.VARIANTS lists them; doctor and selftest "
                         "print which one runs): unset = CUDA 5 (two streaming kernels) where it fits, else the block "
                         "kernel; gfx950 0. 1 forces the one-launch block kernel on CUDA, 5 the two streaming kernels on "
                         "gfx950 (not its default there: unmeasured on AMD)", accepts=("", "0", "1", "5"))
-MMA = Switch("SMALLM_MMA", "1", "A/B switch (CUDA, variant 5): 0 computes FP8 and MXFP4 gate/up and down on CUDA cores, not tensor cores", accepts=ZERO_ONE)
+MMA = Switch("SMALLM_MMA", "1",
+             "A/B switch (CUDA, variant 5): 0 computes FP8 and MXFP4 gate/up and down on CUDA cores, not tensor cores",
+             accepts=ZERO_ONE)
 MMA_DOWN = Switch("SMALLM_MMA_DOWN", "1",
-                  "A/B switch (CUDA, variant 5): 0 computes the down projection on CUDA cores while gate/up stays on tensor cores", accepts=ZERO_ONE)
+                  "A/B switch (CUDA, variant 5): 0 computes the down projection on CUDA cores while gate/up stays on tensor cores",
+                  accepts=ZERO_ONE)
 PDL = Switch("SMALLM_PDL", "1",
-             "A/B switch (CUDA, variant 5): 0 launches the down kernel without programmatic dependent launch", accepts=ZERO_ONE)
+             "A/B switch (CUDA, variant 5): 0 launches the down kernel without programmatic dependent launch",
+             accepts=ZERO_ONE)
 GATEUP_PDL = Switch("SMALLM_GATEUP_PDL", "1",
                     "A/B switch (CUDA, tensor-core gate/up): 0 launches the gate/up kernel stream-ordered instead of "
                     "as a programmatic dependent of the kernel before it", accepts=ZERO_ONE)
 X_PREFETCH = Switch("SMALLM_X_PREFETCH", "1",
-                    "experiment (kernel launcher): 0 turns off copying the next item's activations early", accepts=ZERO_ONE)
+                    "experiment (kernel launcher): 0 turns off copying the next item's activations early",
+                    accepts=ZERO_ONE)
 
 GATEUP_TEAMS = Switch("SMALLM_GATEUP_TEAMS", "",
                       "A/B switch (CUDA, tensor-core gate/up): 1 or 2 teams of 256 threads per block; unset: 2 "
                       "for FP8 row-major with kJ = 8 (2048 < D <= 4096) from 2 tokens (kFp8TeamsMinTokens), "
-                      "and when two one-team blocks would pass the 196 KB shared-memory carveout, else 1", accepts=("", "1", "2"))
+                      "and when two one-team blocks would pass the 196 KB shared-memory carveout, else 1",
+                      accepts=("", "1", "2"))
 DOWN_TEAMS = Switch("SMALLM_DOWN_TEAMS", "",
                     "A/B switch (CUDA, tensor-core down): 1 or 2 teams of 256 threads per block; unset: 2 "
                     "from 22 token-slot pairs where I <= 256 (kDownTeamsNarrowMinPairs); where I is wider, from 2 tokens "
@@ -102,7 +110,8 @@ DOWN_RING = Switch("SMALLM_DOWN_RING", "",
 MMA_SPLIT = Switch("SMALLM_MMA_SPLIT", "1",
                    "A/B switch (CUDA, variant 5): 0 runs calls whose x is over the tensor-core gate/up's f16 stage "
                    "(over 20 tokens at D=4096), or whose token-slot pairs are over the 320 of the tensor-core "
-                   "kernels' routing, on CUDA cores instead of as several tensor-core calls of fewer tokens", accepts=ZERO_ONE)
+                   "kernels' routing, on CUDA cores instead of as several tensor-core calls of fewer tokens",
+                   accepts=ZERO_ONE)
 MMA_SPLIT_TOKENS = Switch("SMALLM_MMA_SPLIT_TOKENS", "",
                           "A/B switch (CUDA, variant 5): N > 0 runs calls of more than N tokens as tensor-core calls of at "
                           "most N (near-equal parts), also where one call would fit; unset: split only where x or the pairs "
@@ -115,7 +124,8 @@ GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     "same promoting per 32-k step; 3 the whole MoE in one kernel (gate/up as 2, then each expert's down "
                     "as soon as its h is whole; up to 10 tokens and I=256, else as 2); 0 the mma.sync gate/up (the "
                     "default). Not for serving: 2 was 0-23 % slower end to end, 3 1.8-2.9x slower, 1 over the 1e-3 "
-                    "tolerance in the wide_scales edge case (examples/results \"h200-tma\")", accepts=("0", "1", "2", "3"))
+                    "tolerance in the wide_scales edge case (examples/results \"h200-tma\")",
+                    accepts=("0", "1", "2", "3"))
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, GATEUP_PDL, X_PREFETCH,
        GATEUP_TEAMS, DOWN_TEAMS, GATEUP_PER_SM, DOWN_PER_SM, DOWN_LO8, DOWN_RING, MMA_SPLIT, MMA_SPLIT_TOKENS,
        GATEUP_TMA)

@@ -1,0 +1,61 @@
+"""The H200 caps set against SGLang's own FusedMoE agree with the runs they cite: `bench`'s rows with the
+fallback column (kernel and fallback timed in one job, examples/results "h200-s43" runs 2-4) are read back,
+and for every shape measured there the gate's cap sends the kernel only token counts where it was faster,
+and (for the caps those runs set) stops at the last count of the unbroken faster run from 1 token."""
+
+import json
+import pathlib
+
+import pytest
+
+from sglang_smallm_plugin import gate
+from sglang_smallm_plugin.shapes import shape_by_name
+
+RESULTS = pathlib.Path(__file__).resolve().parents[1] / "examples" / "results" / "h200-s43"
+RUNS = ("run2", "run3", "run4")
+# shapes whose H200 cap those runs set (gate.CAPS: "vs SGLang's layer measured 2026-12-04")
+SET_HERE = {"D4096-E513-K11-I512-S1", "D2048-E513-K10-I512-S1", "D2048-E513-K10-I256-S1", "D2048-E513-K10-I128-S1"}
+
+
+def _timed():
+    """shape -> tokens -> [(kernel_us, fallback_us), ...], one entry per run that timed both."""
+    out = {}
+    for run in RUNS:
+        for f in sorted((RESULTS / run).rglob("bench.json")):
+            for r in json.loads(f.read_text())["rows"]:
+                if r["format"] == "fp8_block128" and r.get("fallback_us") is not None:
+                    out.setdefault(r["shape"], {}).setdefault(int(r["tokens"]), []).append(
+                        (r["kernel_us"], r["fallback_us"]))
+    return out
+
+
+TIMED = _timed()
+
+
+def test_the_runs_are_there():
+    assert SET_HERE <= set(TIMED), sorted(TIMED)
+    assert {"qwen35-tp4", "qwen35-tp8"} <= set(TIMED)
+
+
+@pytest.mark.parametrize("name", sorted(TIMED))
+def test_cap_sends_the_kernel_only_where_it_was_faster(name):
+    shape = shape_by_name(name)
+    cap = gate.shape_cap("sm_90", "fp8_block128", shape)
+    for t, pairs in sorted(TIMED[name].items()):
+        faster = {k < f for k, f in pairs}
+        assert len(faster) == 1, f"{name} T={t}: the runs disagree on which is faster: {pairs}"
+        if t <= cap:
+            assert faster == {True}, f"{name}: cap {cap} sends T={t} to the kernel, measured slower: {pairs}"
+
+
+@pytest.mark.parametrize("name", sorted(SET_HERE))
+def test_caps_set_here_stop_where_the_faster_run_ends(name):
+    shape = shape_by_name(name)
+    cap, source = gate.token_cap("sm_90", "fp8_block128", shape.inter, shape.slots, shape.hidden)
+    assert "SGLang's layer measured 2026-12-04" in source, source
+    last = 0
+    for t, pairs in sorted(TIMED[name].items()):
+        if not all(k < f for k, f in pairs):
+            break
+        last = t
+    assert cap == last, f"{name}: cap {cap}, but the measured counts are faster up to {last}"
