@@ -40,3 +40,35 @@ def test_events_show_the_wait_between_the_two_jobs_loads(scoreboards):
     insns = list(sb.parse(SASS).values())[0]
     assert sb.events(insns) == [(0, "LDG5", 1), (1, "W5:SEL", 1), (2, "LDG5", 1), (4, "HMMA", 1)]
     assert sb.events(insns, start=2) == [(2, "LDG5", 1), (4, "HMMA", 1)]
+
+
+# nvdisasm -c -hex of the package's FP8 row-major tensor-core gate/up with kJ = 4 (one team: D <= 2048), built
+# here with nvcc 13 for sm_90a from 8db99ee's hip/ (examples/results "h200-s43", the SASS entry): two of the
+# first job's weight loads, two of the next job's (issued in the job loop before this job's compute), the
+# first e4m3 conversion of this job's weights, and an MMA. Every load counts on scoreboard 5, and the
+# conversion waits on it: this job's compute waits for the next job's loads too.
+NVDISASM = """
+//--------------------- .text._ZN6smallm24smallm_gateup_mma_kernelILi0ELi0ELi4ELi1EEEvNS_7MoeArgsE --------------------------
+        /*6390*/              @!P4 LDG.E.EF.128 R12, desc[UR6][R4.64] ;                                                                                  /* 0x00000006040cc981 */
+                                                                                                                                                         /* 0x000768000c0e1d00 */
+        /*63a0*/              @!P3 LDG.E.EF.128 R16, desc[UR6][R8.64+0x200] ;                                                                            /* 0x000200060810b981 */
+                                                                                                                                                         /* 0x000768000c0e1d00 */
+        /*6d90*/              @!P4 LDG.E.EF.128 R28, desc[UR6][R44.64] ;                                                                                 /* 0x000000062c1cc981 */
+                                                                                                                                                         /* 0x000362000c0e1d00 */
+        /*6dc0*/              @!P3 LDG.E.EF.128 R32, desc[UR6][R46.64+0x200] ;                                                                           /* 0x000200062e20b981 */
+                                                                                                                                                         /* 0x000362000c0e1d00 */
+        /*71a0*/                   F2FP.F16.E4M3.UNPACK_B R48, R12 ;                                                                                     /* 0x0000000cff30723e */
+                                                                                                                                                         /* 0x020fe200020006ff */
+        /*7240*/                   HMMA.16816.F32 R48, R48, R44, RZ ;                                                                                    /* 0x0000002c3030723c */
+                                                                                                                                                         /* 0x002fde00000018ff */
+"""
+
+
+def test_nvdisasm_text_reads_like_cuobjdump(scoreboards):
+    sb = scoreboards
+    kernels = sb.parse(NVDISASM)
+    assert list(kernels) == ["_ZN6smallm24smallm_gateup_mma_kernelILi0ELi0ELi4ELi1EEEvNS_7MoeArgsE"]
+    insns = kernels["_ZN6smallm24smallm_gateup_mma_kernelILi0ELi0ELi4ELi1EEEvNS_7MoeArgsE"]
+    assert [sb.opcode(i) for i, _ in insns] == ["LDG.E.EF.128"] * 4 + ["F2FP.F16.E4M3.UNPACK_B", "HMMA.16816.F32"]
+    # both jobs' loads with no wait between them, then the wait that covers all four before the compute
+    assert sb.events(insns) == [(0, "LDG5", 4), (4, "W5:F2FP.F16.E4M3.UNPACK_B", 1), (5, "HMMA", 1)]

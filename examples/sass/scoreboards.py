@@ -7,6 +7,9 @@ waits until every operation counted on it has completed. When a job's weight loa
 job's count on the same scoreboard, a wait placed after the next job's loads are issued waits for
 those too: the loads then overlap no computation.
 
+Where no cuobjdump is installed, nvdisasm (pip: nvidia-cuda-nvdisasm) over an nvcc -cubin gives the same text:
+`nvdisasm -c -hex k.cubin > k.sass` (examples/results "h200-s43", the SASS entry).
+
 Usage: python examples/sass/scoreboards.py FILE.sass NAME_PART [NAME_PART...]
 prints, per kernel whose mangled name contains NAME_PART, the sequence from instruction FROM on
 (--from, default 0) of: 128-bit global loads grouped by scoreboard (`LDG<sb>x<count>`), waits on a
@@ -19,7 +22,7 @@ import argparse
 import re
 from dataclasses import dataclass
 
-_FUNC = re.compile(r"\s+Function : (\S+)")
+_FUNC = re.compile(r"\s+Function : (\S+)|//-+ \.text\.(\S+) -+$")  # cuobjdump -sass; nvdisasm -c -hex
 _INSN = re.compile(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;\s*/\* (0x[0-9a-f]+) \*/")
 _HIGH = re.compile(r"/\* (0x[0-9a-f]+) \*/")
 
@@ -39,7 +42,7 @@ def control(high_word: int) -> Control:
 
 
 def parse(text: str) -> dict[str, list[tuple[str, Control]]]:
-    """cuobjdump -sass text -> {mangled kernel name: [(instruction text, control bits)]}."""
+    """cuobjdump -sass or nvdisasm -c -hex text -> {mangled kernel name: [(instruction text, control bits)]}."""
     kernels: dict[str, list[tuple[str, Control]]] = {}
     current = None
     lines = text.splitlines()
@@ -47,7 +50,7 @@ def parse(text: str) -> dict[str, list[tuple[str, Control]]]:
     while i < len(lines):
         m = _FUNC.match(lines[i])
         if m:
-            current = m.group(1)
+            current = m.group(1) or m.group(2)
             kernels[current] = []
         elif current is not None:
             m = _INSN.match(lines[i])
