@@ -16,9 +16,10 @@ stamp sglang-env
 sglang_env || { pack; exit 12; }
 cd /tmp
 stamp bench
+MT=${FB_MXTOKENS:-1,8}; [ "$MT" = - ] && MT=""
 BENCH_SHAPES=${FB_SHAPES:-qwen35-tp4,qwen35-tp8} BENCH_FALLBACK=1 \
-  bench_formats _fallback "${FB_TOKENS:-1,2,4,5,8}" "$( [ "${FB_MXTOKENS:-1,8}" = - ] || echo "${FB_MXTOKENS:-1,8}")" PYTHONPATH="$SG_PATH"
-PEER_ARGS=${PEER_ARGS:-} peer_stage "${FB_TOKENS:-1,2,4,5,8}"
+  bench_formats _fallback "${FB_TOKENS:-1,2,4,5,8}" "$MT" PYTHONPATH="$SG_PATH"
+peer_stage "${FB_TOKENS:-1,2,4,5,8}"
 stamp done
 for f in "$OUT"/bench_*_fallback.log; do
   echo "== $(basename "$f" .log)"

@@ -41,9 +41,8 @@ class Switch:
             if v in self.accepts:
                 return ""
             takes = ", ".join(repr(a) for a in self.accepts)
-        return (f"{self.name}={raw!r} is not a value it takes ({takes}). Fix: set one of those, or unset it for "
-                f"its default ({self.default!r})" if self.default else
-                f"{self.name}={raw!r} is not a value it takes ({takes}). Fix: set one of those, or unset it")
+        unset = f"unset it for its default ({self.default!r})" if self.default else "unset it"
+        return f"{self.name}={raw!r} is not a value it takes ({takes}). Fix: set one of those, or {unset}"
 
 
 KERNELS = Switch("SGLANG_ROCM_SMALLM_MOE", "1",
