@@ -9,7 +9,8 @@
 # checkout's ("h200-ab13" run 4). The job prints .ab/base/COMMIT where it exists.
 # Switches: CASES ("FMT T I" items, ';'-separated), ITERS, NEW_ENVS (';'-separated environment
 # settings, e.g. "SMALLM_BULK_H=0" or "A=1 B=1": each one more column, this tree run with it), SELFTEST=1 (moe at
-# SEEDS seeds and TOKENS, and edge), TESTS=1 (the GPU test file, within TESTS_TIMEOUT s), MEMCHECK=1
+# SEEDS seeds and TOKENS (SELFTEST_TOKENS where set; empty: 1, 3, 8 and each cap), at SELFTEST_SHAPES and
+# SELFTEST_FORMATS where set, and edge), TESTS=1 (the GPU test file, within TESTS_TIMEOUT s), MEMCHECK=1
 # (compute-sanitizer on selftest at MEMTOKENS, default 1,8),
 # BENCH=1 (`sglang-smallm bench` at TOKENS: FP8 and MXFP4 (at MXTOKENS, default TOKENS), BENCH_SHAPES (default Qwen3.5 TP4/TP8) row-major; BENCH_AB=1 also
 # builds the package from the baseline's hip/ into /tmp/basepkg and benches it beside this tree's,
@@ -71,7 +72,9 @@ done > "$OUT/timeline_ab.log"
 cd /tmp
 if [ "${SELFTEST:-1}" = 1 ]; then
   stamp selftest
-  timeout 240 python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds "${SEEDS:-2}" --tokens "$T" \
+  ST=${SELFTEST_TOKENS-$T}  # SELFTEST_TOKENS= (empty): selftest's own counts, 1, 3, 8 and each shape's cap
+  timeout 240 python3 -m sglang_smallm_plugin.cli selftest --what moe --seeds "${SEEDS:-2}" ${ST:+--tokens "$ST"} \
+    ${SELFTEST_SHAPES:+--shapes "$SELFTEST_SHAPES"} ${SELFTEST_FORMATS:+--formats "$SELFTEST_FORMATS"} \
     > "$OUT/selftest_moe.log" 2>&1
   tail -1 "$OUT/selftest_moe.log"; grep -E " (FAIL|fail)" "$OUT/selftest_moe.log" | head -5
   timeout 60 python3 -m sglang_smallm_plugin.cli selftest --what edge > "$OUT/selftest_edge.log" 2>&1; tail -1 "$OUT/selftest_edge.log"

@@ -4,11 +4,15 @@
 # (sglang_integration/fallback_timing.py). SGLang from the carried .peer/ and .sglgpu/ as in
 # h200_sglang_layer_job.sh (carry [".peer", ".sglgpu"]); sgl_kernel is an import-only stub but for
 # moe_align_block_size, which SGLang's Triton runner calls from 65 token-slot pairs and which the stub runs
-# by SGLang's own JIT build of the op (SMALLM_STUB_ALIGN=0: raises, and the bench prints that reason;
+# by SGLang's own JIT build of the op, and moe_sum_reduce (from 33 tokens) by SGLang's Triton op of that sum
+# (SMALLM_STUB_ALIGN=0: both raise, and the bench prints that reason;
 # "h200-s43" run 1 ran before the stub had it). FB_SHAPES (default Qwen3.5 TP4/TP8), FB_TOKENS (FP8,
 # default 1,2,4,5,8), FB_MXTOKENS (MXFP4, default 1,8, "-" for none; SGLang's Quark MXFP4 scheme does not run on CUDA,
 # so a reason is expected). PEER=1 also runs SGLang's peer (.peer/run.sh) at FB_TOKENS, so the fallback's
-# times can be read beside the peer's shipped configuration. Logs under $OUT, packed; a short table last.
+# times can be read beside the peer's shipped configuration. FB_ENVS (';'-separated settings, e.g.
+# "SMALLM_DOWN_TEAMS=1;SMALLM_DOWN_TEAMS=2"): each one more kernel-only bench with that setting, at
+# FB_ENV_SHAPES (default FB_SHAPES), FB_ENV_TOKENS (FP8, default FB_TOKENS) and FB_ENV_MXTOKENS (MXFP4,
+# default none). Logs under $OUT, packed; a short table last.
 source examples/h200_common.sh
 stamp build
 build
@@ -19,12 +23,17 @@ stamp bench
 MT=${FB_MXTOKENS:-1,8}; [ "$MT" = - ] && MT=""
 BENCH_SHAPES=${FB_SHAPES:-qwen35-tp4,qwen35-tp8} BENCH_FALLBACK=1 \
   bench_formats _fallback "${FB_TOKENS:-1,2,4,5,8}" "$MT" PYTHONPATH="$SG_PATH"
+IFS=';' read -ra envs <<< "${FB_ENVS:-}"
+for ev in "${envs[@]}"; do  # $ev unquoted: one word per variable
+  BENCH_SHAPES=${FB_ENV_SHAPES:-${FB_SHAPES:-qwen35-tp4,qwen35-tp8}} \
+    bench_formats "_${ev// /,}" "${FB_ENV_TOKENS:-${FB_TOKENS:-1,2,4,5,8}}" "${FB_ENV_MXTOKENS:-}" PYTHONPATH="$SG_PATH" $ev
+done
 peer_stage "${FB_TOKENS:-1,2,4,5,8}"
 stamp done
 for f in "$OUT"/bench_*_fallback.log; do
   echo "== $(basename "$f" .log)"
   grep -E " fallback |fallback: no time|Traceback|Error" "$f" | sed -E 's/ +/ /g' | cut -c1-200 | head -24
 done
-bench_summary "$OUT"/bench_*_fallback.log
+bench_summary "$OUT"/bench_*.log
 peer_summary
 pack

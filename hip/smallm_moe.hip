@@ -316,13 +316,21 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // Qwen3-235B-like 2 tokens (16 pairs) 27.7-27.8 vs 27.3-27.5, 3 (24) 37.9-38.1 vs 37.2-37.3, 4 (32)
 // 48.0-48.1 vs 46.7-46.8; Qwen3.5's D/E/K at I = 384, 2 tokens (22) 36.3-36.4 vs 35.5-35.7; one team at
 // 1 token (17.4 vs 18.0-18.1; 23.6 vs 24.1-24.2).
+// Where a one-team grid has no more blocks than SMs (D / 16 <= SMs: D <= 2048 on the H200), a one-team
+// block is the SM's only one (8 warps), and two teams gain at I >= 256 from kDownTeamsWideMinPairs pairs:
+// E = 513 top-10 at D = 2048 (examples/results "h200-s44" run 1, two rounds, us one vs two teams): I = 256
+// 1 token (10 pairs) 11.5-11.6 vs 11.1, 2 tokens 17.4-17.5 vs 16.7; I = 512 1 token 21.3 vs 18.8
+// ("h200-s43" run 4). At I = 128 they did not (1 token 8.9 vs 9.1, 2 tokens 12.2 vs 12.0), nor top-5 at
+// I = 256 with 5 pairs (one team 1.1 faster, "h200-s39" run 3): those keep the rules above.
 constexpr int kDownTeamsMinPairs = 33;
+constexpr int kDownTeamsFewBlocksMinInter = 256;
 constexpr int kDownTeamsNarrowMaxInter = 256;
 constexpr int kDownTeamsNarrowMinPairs = 22;
 constexpr int kDownTeamsWideMinPairs = 10;
 int down_teams_min_pairs(int I, int D, int K, int sms, bool split) {
-  if (I <= kDownTeamsNarrowMaxInter) return kDownTeamsNarrowMinPairs;
   const int nrb = D / smallm::kDownMmaRows;
+  if (nrb <= sms && I >= kDownTeamsFewBlocksMinInter) return kDownTeamsWideMinPairs;  // one block a SM
+  if (I <= kDownTeamsNarrowMaxInter) return kDownTeamsNarrowMinPairs;
   if (!split && nrb > sms && nrb <= 2 * sms) return kDownTeamsMinPairs;  // one-team blocks: one row-block each
   return 2 * K > kDownTeamsWideMinPairs ? 2 * K : kDownTeamsWideMinPairs;
 }

@@ -745,11 +745,13 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   // it, and the change was 2-4 % slower, run 1). FP8 row-major in two-team blocks with kJ = 8 (the
   // launcher's choice from 2 tokens at D = 4096) the same way: 10-16 tokens 10-13 % faster ("h200-ab13"
   // run 1). The FP8 one-team loop with kJ = 8 already waits in this order without it. With kJ = 4 (FP8 at
-  // D <= 2048) it does not: the next job's loads are issued before this job's first e4m3 conversion, which
-  // waits on the scoreboard they share (nvdisasm of the sm_90a build, examples/results "h200-s43"); kSettle
-  // there is not yet measured. The shuffled kernels and MXFP4 with kJ = 8 still wait for the next job's
-  // loads (not measured since); they keep the plain loop.
-  constexpr bool kSettle = Layout == kRowMajor && (kFp4 ? kJ == 4 : kTeams == 2 && kJ == 8);
+  // D <= 2048) it did not: the next job's loads were issued before this job's first e4m3 conversion, which
+  // waited on the scoreboard they share (nvdisasm of the sm_90a build, examples/results "h200-s43"). With
+  // kSettle, E = 513 top-10 at D = 2048 ("h200-s44" run 1, two rounds): I = 256 4-15 % faster (1 token
+  // 12.0 -> 11.5 us, 8: 51.8 -> 45.8, 20: 102.2 -> 87.4), I = 128 level at 1 token, 4-13 % faster from 2
+  // (20: 58.2 -> 50.5). The shuffled kernels and MXFP4 with kJ = 8 still wait for the next job's loads
+  // (not measured since); they keep the plain loop.
+  constexpr bool kSettle = Layout == kRowMajor && (kFp4 ? kJ == 4 : kJ == 4 || (kTeams == 2 && kJ == 8));
   auto stage_x = [&] {  // block-wide barriers (both teams)
     stage_x_finish<kFp4, kBlockThreads>(a, xs, xmax, &S.xbar);
     SMALLM_TL_MARK(0, kTlReady);

@@ -75,7 +75,8 @@ BLOCK_RESERVED_SMEM_BYTES = 1024       # kBlockReservedSmemBytes
 DOWN_TEAMS_NARROW_MAX_INTER = 256      # kDownTeamsNarrowMaxInter: for I up to this,
 DOWN_TEAMS_NARROW_MIN_PAIRS = 22       # kDownTeamsNarrowMinPairs: from here;
 DOWN_TEAMS_MIN_PAIRS = 33              # kDownTeamsMinPairs: wider I where one-team blocks hold one row-block each,
-DOWN_TEAMS_WIDE_MIN_PAIRS = 10         # kDownTeamsWideMinPairs: else from 2 tokens and at least this many pairs
+DOWN_TEAMS_WIDE_MIN_PAIRS = 10         # kDownTeamsWideMinPairs: else from 2 tokens and at least this many pairs,
+DOWN_TEAMS_FEW_BLOCKS_MIN_INTER = 256  # kDownTeamsFewBlocksMinInter: and from this I, where D / 16 <= SMs, from that many pairs
 
 FP8_TEAMS_MIN_TOKENS = 2               # kFp8TeamsMinTokens: FP8 row-major gate/up with kJ = 8 in two teams from here
 # The FP8 gate/up by TMA tiles on wgmma (hip/smallm_gateup_tma.h; SMALLM_GATEUP_TMA=1, sm_90a builds)
@@ -319,11 +320,13 @@ def tma_fused_why_not(T: int, K: int, D: int, I: int, sms: int) -> str:
 def down_teams_rule(I: int, D: int, K: int, sms: int, split: bool = False):
     """down_teams_min_pairs (hip/smallm_moe.hip): the pairs from which the tensor-core down runs two
     teams, and the rule's case in words (split: FP8 jobs split along I, down_mma_split)."""
+    nrb = D // DOWN_MMA_ROWS
+    if nrb <= sms and I >= DOWN_TEAMS_FEW_BLOCKS_MIN_INTER:
+        return DOWN_TEAMS_WIDE_MIN_PAIRS, f"at I={I}, D={D}: a one-team grid would have one block a SM"
     if I <= DOWN_TEAMS_NARROW_MAX_INTER:
         return DOWN_TEAMS_NARROW_MIN_PAIRS, f"at I={I}"
     if split:
         return max(2 * K, DOWN_TEAMS_WIDE_MIN_PAIRS), f"at I={I}, jobs split along I: from 2 tokens"
-    nrb = D // DOWN_MMA_ROWS
     if sms < nrb <= 2 * sms:
         return DOWN_TEAMS_MIN_PAIRS, f"at I={I}, D={D}: one-team blocks would hold one row-block each"
     return max(2 * K, DOWN_TEAMS_WIDE_MIN_PAIRS), f"at I={I}, D={D}: from 2 tokens"

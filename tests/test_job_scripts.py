@@ -59,7 +59,8 @@ def test_sgl_kernel_stub_imports_anything_and_raises_when_called():
     """examples/sglang_gpu/stubs (the H200 layer job's sgl_kernel): any submodule and attribute chain
     imports, as SGLang's CUDA import branches need; calling any of them raises its own error, but for
     moe_align_block_size, which goes to SGLang's JIT build of the op (here a stand-in module that echoes
-    its arguments) unless SMALLM_STUB_ALIGN=0 or with ignore_invalid_expert (no JIT build of that)."""
+    its arguments) unless SMALLM_STUB_ALIGN=0 or with ignore_invalid_expert (no JIT build of that), and
+    for moe_sum_reduce, which goes to SGLang's Triton op of the same sum unless SMALLM_STUB_ALIGN=0."""
     code = """
 import os, sys, types
 jit = types.ModuleType('sglang.kernels.ops.moe.moe_align')
@@ -67,7 +68,11 @@ jit.moe_align_block_size = lambda *a: print('JIT', a)
 for name in ('sglang', 'sglang.kernels', 'sglang.kernels.ops', 'sglang.kernels.ops.moe'):
     sys.modules[name] = types.ModuleType(name)
 sys.modules[jit.__name__] = jit
+tri = types.ModuleType('sglang.kernels.ops.moe.fused_moe_triton_kernels')
+tri.moe_sum_reduce_triton = lambda *a: print('TRITON', a)
+sys.modules[tri.__name__] = tri
 import sgl_kernel
+sgl_kernel.moe_sum_reduce('in', 'out', 2.5)
 from sgl_kernel.quantization import ggml_dequantize
 from sgl_kernel.scalar_type import scalar_types
 kinds = [scalar_types.uint4b8, scalar_types.uint8b128]
@@ -83,6 +88,10 @@ try:
 except sgl_kernel.SglKernelStubCalled as e:
     print('RAISED', e)
 try:
+    sgl_kernel.moe_sum_reduce('in', 'out', 1.0)
+except sgl_kernel.SglKernelStubCalled as e:
+    print('RAISED', e)
+try:
     ggml_dequantize()
 except sgl_kernel.SglKernelStubCalled as e:
     print('RAISED', e)
@@ -94,6 +103,8 @@ print('KINDS', kinds)
     assert "JIT (0, 1, 2, 3, 4, 5, 6, False)" in r.stdout and "JIT (0, 1, 2, 3, 4, 5, 6, 7)" in r.stdout
     assert "moe_align_block_size called, but sgl_kernel here is an import-only stub (ignore_invalid_expert" in r.stdout
     assert "moe_align_block_size called, but sgl_kernel here is an import-only stub (SMALLM_STUB_ALIGN=0)" in r.stdout
+    assert "TRITON ('in', 'out', 2.5)" in r.stdout  # moe_sum_reduce: SGLang's Triton op of the same sum
+    assert "moe_sum_reduce called, but sgl_kernel here is an import-only stub (SMALLM_STUB_ALIGN=0)" in r.stdout
     assert "RAISED sgl_kernel.quantization.ggml_dequantize called" in r.stdout
     assert "<sgl_kernel stub sgl_kernel.scalar_type.scalar_types.uint4b8>" in r.stdout
 

@@ -418,7 +418,11 @@ def test_two_team_gateup_fits_the_164_kb_carveout_at_19_tokens():
 @pytest.mark.parametrize("fmt, T, K, D, I, teams", [
     ("fp8_block128", 1, 11, 4096, 256, 1), ("fp8_block128", 2, 11, 4096, 256, 2),   # Qwen3.5 TP4: 11 / 22 pairs
     ("mxfp4", 2, 11, 4096, 128, 2),                                                 # Qwen3.5 TP8
-    ("fp8_block128", 4, 5, 2048, 256, 1), ("mxfp4", 1, 11, 6144, 256, 1),          # I <= 256: 22 pairs at any D
+    ("mxfp4", 1, 11, 6144, 256, 1), ("mxfp4", 4, 5, 6144, 128, 1),                # I <= 256: 22 pairs over SMs row-blocks
+    # D / 16 <= SMs (D = 2048): from 10 pairs at I >= 256 ("h200-s44" run 1, "h200-s43" run 3), 22 at I = 128
+    ("fp8_block128", 1, 5, 2048, 256, 1), ("fp8_block128", 2, 5, 2048, 256, 2), ("fp8_block128", 4, 5, 2048, 256, 2),
+    ("fp8_block128", 1, 10, 2048, 256, 2), ("fp8_block128", 1, 10, 2048, 512, 2), ("mxfp4", 1, 10, 2048, 384, 2),
+    ("fp8_block128", 2, 10, 2048, 128, 1), ("fp8_block128", 3, 10, 2048, 128, 2),
     ("mxfp4", 2, 8, 4096, 384, 1), ("mxfp4", 3, 8, 4096, 384, 1), ("mxfp4", 4, 8, 4096, 384, 1),  # Qwen3-235B-like
     ("mxfp4", 5, 8, 4096, 384, 2),                                                 # 40 pairs >= 33
     ("mxfp4", 4, 5, 4096, 384, 1),                                                 # D=4096: one row-block per one-team block
@@ -443,9 +447,14 @@ def test_down_teams_rule_follows_the_sm_count():
     # D = 4096: 256 row-blocks; one row-block per one-team block where 128 <= SMs < 256
     assert kernels.down_teams_rule(384, 4096, 8, 132)[0] == kernels.DOWN_TEAMS_MIN_PAIRS
     assert kernels.down_teams_rule(384, 4096, 8, 114)[0] == 16       # H100 PCIe: uneven counts, from 2 tokens
-    assert kernels.down_teams_rule(384, 4096, 8, 256)[0] == 16       # one block a SM
+    assert kernels.down_teams_rule(384, 4096, 8, 256)[0] == kernels.DOWN_TEAMS_WIDE_MIN_PAIRS  # one block a SM: from 10 pairs
     assert kernels.down_teams_rule(256, 4096, 8, 114)[0] == kernels.DOWN_TEAMS_NARROW_MIN_PAIRS
     assert kernels.down_teams_rule(384, 4096, 8, 132, split=True)[0] == 16  # FP8 split jobs: from 2 tokens at any SM count
     launcher = (HIP / "smallm_moe.hip").read_text()  # the launcher's rule has the same split case
+    assert kernels.down_teams_rule(256, 2048, 10, 132)[0] == kernels.DOWN_TEAMS_WIDE_MIN_PAIRS  # 128 row-blocks
+    assert kernels.down_teams_rule(256, 2048, 10, 114)[0] == kernels.DOWN_TEAMS_NARROW_MIN_PAIRS  # 114 SMs: more blocks
+    assert kernels.down_teams_rule(128, 2048, 10, 132)[0] == kernels.DOWN_TEAMS_NARROW_MIN_PAIRS
+    assert kernels.DOWN_TEAMS_FEW_BLOCKS_MIN_INTER == _cpp_const("kDownTeamsFewBlocksMinInter")
+    assert "if (nrb <= sms && I >= kDownTeamsFewBlocksMinInter) return kDownTeamsWideMinPairs;" in launcher
     assert "if (!split && nrb > sms && nrb <= 2 * sms) return kDownTeamsMinPairs;" in launcher
     assert "down_teams_min_pairs(a.I, a.D, a.K, sms, kSplit)" in launcher

@@ -4,10 +4,14 @@ any submodule (`sgl_kernel.quantization`, ...), and any attribute of those, rais
 when called: SGLang's modules import, and whatever would run one of these ops fails loudly instead
 (examples/gpu_sglang_layer_check.py reports such a check as not runnable there).
 
-One exception: `moe_align_block_size`, which SGLang's Triton MoE runner calls from 65 token-slot pairs
-on, runs SGLang's own JIT build of the same op (sglang.kernels.ops.moe.moe_align, which SGLang registers
-as that op's JIT backend and itself uses for some calls; ../shared/peer times SGLang's Triton path with
-it too). It needs nvcc on the machine; SMALLM_STUB_ALIGN=0 makes it raise like the rest."""
+Two exceptions, the ops SGLang's Triton MoE runner calls on CUDA as the call grows:
+- `moe_align_block_size` (from 65 token-slot pairs on) runs SGLang's own JIT build of the same op
+  (sglang.kernels.ops.moe.moe_align, which SGLang registers as that op's JIT backend and itself uses for
+  some calls; ../shared/peer times SGLang's Triton path with it too). It needs nvcc on the machine.
+- `moe_sum_reduce` (the sum over a token's slots, from 33 tokens on; up to 32 SGLang itself runs its Triton
+  `moe_sum_reduce_triton` on this GPU) runs that same Triton op, as ../shared/peer does: the same sum, a
+  stand-in for sgl_kernel's ahead-of-time CUDA kernel, whose time it approximates.
+SMALLM_STUB_ALIGN=0 makes both raise like the rest."""
 
 import importlib.abc
 import importlib.machinery
@@ -77,6 +81,19 @@ def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, ex
 
     jit_align(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad, cumsum_buffer,
               pad_sorted_token_ids)
+
+
+def moe_sum_reduce(input, output, routed_scaling_factor):
+    """sgl_kernel's op by SGLang's Triton op of the same sum (the module docstring); raises with
+    SMALLM_STUB_ALIGN=0."""
+    import os
+
+    if os.environ.get("SMALLM_STUB_ALIGN", "1") == "0":
+        raise SglKernelStubCalled(f"{__name__}.moe_sum_reduce called, but sgl_kernel here is an import-only "
+                                  "stub (SMALLM_STUB_ALIGN=0)")
+    from sglang.kernels.ops.moe.fused_moe_triton_kernels import moe_sum_reduce_triton
+
+    moe_sum_reduce_triton(input, output, routed_scaling_factor)
 
 
 def __getattr__(name):
