@@ -88,7 +88,8 @@ DOWN_TEAMS = Switch("SMALLM_DOWN_TEAMS", "",
                     "from 22 token-slot pairs where I <= 256 (kDownTeamsNarrowMinPairs); where I is wider, from 2 tokens "
                     "and 10 pairs (kDownTeamsWideMinPairs), but from 33 (kDownTeamsMinPairs) where a one-team grid "
                     "gives each block one row-block (SMs < D/16 <= 2 SMs: D = 4096 on the H200) unless FP8 jobs are split "
-                    "along I (I > 256); else 1", accepts=("", "1", "2"))
+                    "along I (I > 256); where D/16 <= SMs (D <= 2048 on the H200) and I >= 256, from 10 pairs "
+                    "(kDownTeamsFewBlocksMinInter); else 1", accepts=("", "1", "2"))
 GATEUP_PER_SM = Switch("SMALLM_GATEUP_PER_SM", "",
                        "A/B switch (CUDA, tensor-core gate/up): at most n blocks a SM in its grid (with "
                        "SMALLM_GATEUP_TEAMS=1, SMALLM_DOWN_TEAMS=1 and SMALLM_DOWN_PER_SM=1 the down's blocks run beside it: "

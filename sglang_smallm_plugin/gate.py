@@ -57,15 +57,28 @@ CAPS: Sequence[Cap] = (
     # (28: 76.9 vs 93.2). I=256: faster at 1-20 (16: 88.8 vs 90.0, 20: 102.6 vs 105.0), 47 % slower at 28
     # (192.7 vs 131.3: at D=2048 x still fits its stage, so the call is not split, and the down's stage does
     # not fit a block, so it runs on CUDA cores). I=512: faster at 1 token (21.3 vs 24.0; 22.4 vs 23.9 in
-    # run 2), slower from 2 (31.8 vs 30.2, 39.8 vs 38.4 at 3). I=384 there is not measured and takes I=512's.
-    Cap("sm_90", FP8_BLOCK128, 128, 28, "H200 vs SGLang's layer measured 2026-12-04 at D=2048 (faster at 1-28 tokens; "
+    # run 2), slower from 2 (31.8 vs 30.2, 39.8 vs 38.4 at 3).
+    # Since the forty-fourth session (the gate/up's kSettle at kJ = 4 and the down's two teams where its grid
+    # has one block a SM: D=2048 4-15 % faster; "h200-s44" runs 2-3 against the same fallback): I=128 faster at
+    # 1-40 (32: 77.0 vs 99.6, 36: 104.4 vs 106.1, 40: 102.4 vs 116.4; 41 and more not measured): 40, as at
+    # D=4096. I=384 (until then I=512's cap) faster at 1-12 (12: 94.2 vs 98.5), slower from 13 (104.1 vs
+    # 102.4): 12. I=512 faster at 1 token (16.9 vs 24.1), level at 2 (28.6 vs 28.5), faster at 3, level at
+    # 4, slower from 6: still 1. I=256 (16: 76.4, 20: 87.4 us in run 1) keeps 20: from 21 its down runs
+    # on CUDA cores.
+    Cap("sm_90", FP8_BLOCK128, 128, 40, "H200 vs SGLang's layer measured 2026-12-04 at D=2048 (faster at 1-40 tokens; "
         "more not measured)", hidden_max=2048),
     Cap("sm_90", FP8_BLOCK128, 256, 20, "H200 vs SGLang's layer measured 2026-12-04 at D=2048 (faster at 1-20 tokens, "
         "47 % slower at 28)", hidden_max=2048),
+    Cap("sm_90", FP8_BLOCK128, 384, 12, "H200 vs SGLang's layer measured 2026-12-04 at D=2048, I=384 (faster at 1-12 "
+        "tokens, slower from 13)", hidden_max=2048),
     Cap("sm_90", FP8_BLOCK128, 512, 1, "H200 vs SGLang's layer measured 2026-12-04 at D=2048, I=512 (faster at 1 token, "
-        "slower from 2; I=384 not measured)", hidden_max=2048),
-    Cap("sm_90", FP8_BLOCK128, 128, 40, "H200 crossover vs SGLang Triton measured 2026-12-01 (split calls above 20)",
-        hidden_max=4096),
+        "level at 2)", hidden_max=2048),
+    # I=128 at D=4096 (Qwen3.5 TP8) past 40 against SGLang's own FusedMoE ("h200-s44" runs 3-4, us kernel vs
+    # fallback): 36: 153.7 vs 200.3 and 152.9 vs 200.6, 40: 174.0 vs 224.3 and 173.1 vs 223.7, 41: 180.9
+    # vs 225.2, 44: 191.6 vs 231.4 and 192.0 vs 231.3, 48: 203.4 vs 243.1 (16 %). The cap is 48 (more not
+    # measured); it was 40, set against the peer on the kernels of 2026-12-01 (level at 44 and 48 then).
+    Cap("sm_90", FP8_BLOCK128, 128, 48, "H200 vs SGLang's layer measured 2026-12-04 (split calls above 20; faster "
+        "at 1-48 tokens, more not measured)", hidden_max=4096),
     Cap("sm_90", FP8_BLOCK128, 128, 20, "H200: measured up to 20 tokens; the split calls above were measured at D=4096 only"),
     Cap("sm_90", FP8_BLOCK128, 256, 28, "H200 crossover vs SGLang Triton measured 2026-12-01 (split calls above 20; "
         "slower from 32)", hidden_max=4096),
