@@ -46,11 +46,24 @@ def _find_cuda_home() -> None:
             return
 
 
+def _build_switch():
+    """envs.BUILD (the values SGLANG_SMALLM_BUILD takes, and the refusal's wording), from
+    sglang_smallm_plugin/envs.py by its path: the package itself is not importable while it is being built."""
+    import importlib.util
+
+    path = pathlib.Path(__file__).resolve().parent / "sglang_smallm_plugin" / "envs.py"
+    spec = importlib.util.spec_from_file_location("_sglang_smallm_envs", path)
+    envs = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = envs  # dataclasses look the module up while building Switch
+    spec.loader.exec_module(envs)
+    return envs.BUILD
+
+
 def kernel_extensions():
-    mode = os.environ.get("SGLANG_SMALLM_BUILD", "auto").strip().lower()
-    if mode not in ("auto", "1", "0", "false", "no", "off"):  # envs.BUILD.accepts
-        raise SystemExit(f"[sglang-smallm build] SGLANG_SMALLM_BUILD={mode!r} is not a value it takes (auto, 1, 0). "
-                         "Fix: 1 to require the kernels, 0 to skip them, or unset it.")
+    build = _build_switch()
+    if problem := build.problem():
+        raise SystemExit(f"[sglang-smallm build] {problem}")
+    mode = build.get().strip().lower()
     if mode in ("0", "false", "no", "off"):
         return _no_build(mode, "SGLANG_SMALLM_BUILD=0")
     _find_cuda_home()

@@ -11,6 +11,20 @@ def _csv(s, conv=str):
     return tuple(conv(x) for x in s.split(",") if x.strip())
 
 
+def token_counts(s):
+    """--tokens: comma-separated token counts, each a positive integer (argparse type: a bad one ends the
+    command with argparse's usage error and this reason, not a traceback). Empty: () (the command's default)."""
+    out = []
+    for x in s.split(","):
+        x = x.strip()
+        if not x:
+            continue
+        if not x.isdigit() or int(x) < 1:
+            raise argparse.ArgumentTypeError(f"{x!r} is not a token count (a positive integer); e.g. 1,2,4,8")
+        out.append(int(x))
+    return tuple(out)
+
+
 def _shapes(s):
     """The --shapes names, each a registered shape or a D-E-K-I spec; a bad one ends the command with why."""
     names = _csv(s)
@@ -28,7 +42,7 @@ def cmd_selftest(a):
     ok = True
     if a.what in ("all", "moe"):
         res = selftest.run(formats=_csv(a.formats), shapes=_shapes(a.shapes), layouts=_csv(a.layouts),
-                           seeds=range(a.seeds), tokens=_csv(a.tokens, int) if a.tokens else None)
+                           seeds=range(a.seeds), tokens=a.tokens or None)
         ok = all(r.ok for r in res)
     if a.what in ("all", "edge"):
         from . import edge_cases
@@ -50,7 +64,7 @@ def cmd_bench(a):
     from . import bench
 
     bench.run(shapes=_shapes(a.shapes), formats=_csv(a.formats), layouts=_csv(a.layouts),
-              tokens=_csv(a.tokens, int), out_dir=a.out, copies=a.copies, fallback=not a.no_fallback)
+              tokens=a.tokens, out_dir=a.out, copies=a.copies, fallback=not a.no_fallback)
     return 0
 
 
@@ -85,13 +99,13 @@ def main(argv=None):
     d.add_argument("--layout", default=ROW_MAJOR, choices=(ROW_MAJOR, SHUFFLE16),
                    help="weight layout the kernel plan is for (SGLang's FP8 path on CUDA: row_major)")
     d.add_argument("--arch", default=None, help="decision table for this arch instead of the local device")
-    d.add_argument("--tokens", default="",
+    d.add_argument("--tokens", type=token_counts, default="",
                    help="token counts for the decision table (default: 1,2,4,8,16,20,21,32,48,49,64 and the "
                         "shape's cap and cap + 1)")
     d.set_defaults(fn=cmd_doctor)
 
     m = sub.add_parser("demo", help="the main job: a Qwen3.5-397B-shaped MoE layer through SGLang + the plugin")
-    m.add_argument("--tokens", default="1,2,4,8,16,32,48")
+    m.add_argument("--tokens", type=token_counts, default="1,2,4,8,16,32,48")
     m.add_argument("--experts", type=int, default=None, help="experts (default 513 on GPU, 33 on CPU)")
     m.add_argument("--format", default=FP8_BLOCK128, choices=(FP8_BLOCK128, MXFP4))
     m.set_defaults(fn=cmd_demo)
@@ -101,7 +115,7 @@ def main(argv=None):
                    help=f"shape names ({', '.join(SHAPES)}) or {SHAPE_SPEC_FORM}")
     b.add_argument("--formats", default=FP8_BLOCK128)
     b.add_argument("--layouts", default=ROW_MAJOR)
-    b.add_argument("--tokens", default="1,2,4,8,12,16,20,24,32,48")
+    b.add_argument("--tokens", type=token_counts, default="1,2,4,8,12,16,20,24,32,48")
     b.add_argument("--copies", type=int, default=8)
     b.add_argument("--out", default="bench_out")
     b.add_argument("--sort", action="store_true", help="the sort benchmark instead (ours vs the fallback's sort)")
@@ -115,7 +129,7 @@ def main(argv=None):
                    help=f"shape names ({', '.join(SHAPES)}) or {SHAPE_SPEC_FORM}")
     s.add_argument("--layouts", default=f"{ROW_MAJOR},{SHUFFLE16}")
     s.add_argument("--seeds", type=int, default=5)
-    s.add_argument("--tokens", default="", help="default: 1,3,8 and the cap")
+    s.add_argument("--tokens", type=token_counts, default="", help="default: 1,3,8 and the cap")
     s.add_argument("--what", default="all", choices=("all", "moe", "edge", "sort"),
                    help="which checks: the MoE matrix, MoE edge-case inputs, the sort (all: every one)")
     s.set_defaults(fn=cmd_selftest)

@@ -23,7 +23,7 @@ def main(a) -> int:
     device = "cuda" if gpu else "cpu"
     experts = a.experts or (513 if gpu else 33)
     shape = MoeShape("qwen35-tp4-demo", 4096, experts, 11, 256, 1)
-    tokens = [int(t) for t in a.tokens.split(",") if t.strip()]
+    tokens = list(a.tokens)
     layer_harness.setup("smallm")
     print(f"demo: Qwen3.5-397B-A17B MoE layer at TP4 (D=4096, I=256, E={experts}, top-10 + shared, {a.format}) "
           f"on {device}; SGLang FusedMoE with --moe-runner-backend smallm")

@@ -64,7 +64,7 @@ def main(a) -> int:
     arch = a.arch or (info.arch if info.kind != "cpu" else "gfx950")
     cap, cap_source = gate.token_cap(arch, a.format, a.inter, a.top_k, a.hidden)
     if a.tokens:
-        tokens = [int(t) for t in a.tokens.split(",") if t.strip()]
+        tokens = list(a.tokens)
     else:  # the usual counts, and where this shape's cap switches to the fallback
         tokens = sorted(set(DOCTOR_TOKENS) | ({cap, cap + 1} if cap > 0 else set()))
     print(f"Gate decisions for D={a.hidden} I={a.inter} E={a.experts} K={a.top_k} {a.format} {a.layout} on {arch}"

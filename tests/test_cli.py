@@ -1,5 +1,6 @@
 """The command-line tool runs on CPU and prints what it claims."""
 
+import argparse
 import os
 import subprocess
 import sys
@@ -191,3 +192,24 @@ def test_bench_shape_rows_carry_the_split_calls_bytes(monkeypatch):
     assert one["calls"] == 1 and one["calls_weight_mbytes"] == one["floor_weight_mbytes"]
     assert split["calls"] == 2 and split["calls_weight_mbytes"] > split["floor_weight_mbytes"]
     assert "2 calls read" in lines[1] and "calls read" not in lines[0]
+
+
+@pytest.mark.parametrize("cmd, bad", [("doctor", "1,x"), ("bench", "0"), ("selftest", "-3"), ("demo", "2.5")])
+def test_bad_token_counts_end_the_command_with_the_reason(cmd, bad):
+    """--tokens is parsed once, by the argparse type every command shares: a value that is not a positive
+    integer is a usage error naming it (exit 2), before anything runs."""
+    r = _cli(cmd, f"--tokens={bad}")
+    assert r.returncode == 2, r.stdout + r.stderr[-2000:]
+    wrong = bad.split(",")[-1]
+    assert f"argument --tokens: '{wrong}' is not a token count (a positive integer)" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_token_counts_parses_lists():
+    from sglang_smallm_plugin.cli import token_counts
+
+    assert token_counts("1, 2,,48") == (1, 2, 48)
+    assert token_counts("") == ()
+    for bad in ("x", "0", "-1", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match="is not a token count"):
+            token_counts(bad)
