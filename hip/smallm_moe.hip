@@ -320,8 +320,11 @@ int launch_down_mma(const smallm::MoeArgs& a0, gpuStream_t stream) {
 // block is the SM's only one (8 warps), and two teams gain at I >= 256 from kDownTeamsWideMinPairs pairs:
 // E = 513 top-10 at D = 2048 (examples/results "h200-s44" run 1, two rounds, us one vs two teams): I = 256
 // 1 token (10 pairs) 11.5-11.6 vs 11.1, 2 tokens 17.4-17.5 vs 16.7; I = 512 1 token 21.3 vs 18.8
-// ("h200-s43" run 4). At I = 128 they did not (1 token 8.9 vs 9.1, 2 tokens 12.2 vs 12.0), nor top-5 at
-// I = 256 with 5 pairs (one team 1.1 faster, "h200-s39" run 3): those keep the rules above.
+// ("h200-s43" run 3). Forced both ways ("h200-s44" run 2): FP8 I = 256 1 token 11.6 vs 11.3, 2: 17.5 vs
+// 16.8; FP8 I = 512 1: 20.1 vs 17.2, 2: 30.7 vs 28.7; MXFP4 I = 256 1: 11.9 vs 10.4, 2: 18.2 vs 15.9;
+// MXFP4 I = 512 1: 17.7 vs 15.1, 2: level. At I = 128 they did not gain (1 token 8.9 vs 9.1, 2 tokens 12.2
+// vs 12.0), nor top-5 at I = 256 with 5 pairs (one team 1.1 faster, "h200-s39" run 3): those keep the
+// rules above.
 constexpr int kDownTeamsMinPairs = 33;
 constexpr int kDownTeamsFewBlocksMinInter = 256;
 constexpr int kDownTeamsNarrowMaxInter = 256;
