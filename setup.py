@@ -64,7 +64,7 @@ def kernel_extensions():
     if problem := build.problem():
         raise SystemExit(f"[sglang-smallm build] {problem}")
     mode = build.get().strip().lower()
-    if mode in ("0", "false", "no", "off"):
+    if not build.enabled():
         return _no_build(mode, "SGLANG_SMALLM_BUILD=0")
     _find_cuda_home()
     try:

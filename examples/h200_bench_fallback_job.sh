@@ -20,15 +20,15 @@ stamp sglang-env
 sglang_env || { pack; exit 12; }
 cd /tmp
 stamp bench
+FS=${FB_SHAPES:-qwen35-tp4,qwen35-tp8}; FT=${FB_TOKENS:-1,2,4,5,8}
 MT=${FB_MXTOKENS:-1,8}; [ "$MT" = - ] && MT=""
-BENCH_SHAPES=${FB_SHAPES:-qwen35-tp4,qwen35-tp8} BENCH_FALLBACK=1 \
-  bench_formats _fallback "${FB_TOKENS:-1,2,4,5,8}" "$MT" PYTHONPATH="$SG_PATH"
+BENCH_SHAPES=$FS BENCH_FALLBACK=1 bench_formats _fallback "$FT" "$MT" PYTHONPATH="$SG_PATH"
 IFS=';' read -ra envs <<< "${FB_ENVS:-}"
 for ev in "${envs[@]}"; do  # $ev unquoted: one word per variable
-  BENCH_SHAPES=${FB_ENV_SHAPES:-${FB_SHAPES:-qwen35-tp4,qwen35-tp8}} \
-    bench_formats "_${ev// /,}" "${FB_ENV_TOKENS:-${FB_TOKENS:-1,2,4,5,8}}" "${FB_ENV_MXTOKENS:-}" PYTHONPATH="$SG_PATH" $ev
+  BENCH_SHAPES=${FB_ENV_SHAPES:-$FS} bench_formats "_${ev// /,}" "${FB_ENV_TOKENS:-$FT}" "${FB_ENV_MXTOKENS:-}" \
+    PYTHONPATH="$SG_PATH" $ev
 done
-peer_stage "${FB_TOKENS:-1,2,4,5,8}"
+peer_stage "$FT"
 stamp done
 for f in "$OUT"/bench_*_fallback.log; do
   echo "== $(basename "$f" .log)"

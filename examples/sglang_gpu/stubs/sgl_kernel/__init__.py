@@ -68,15 +68,20 @@ class _Submodules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 sys.meta_path.insert(0, _Submodules())
 
 
+def _stand_in_or_raise(op, why=""):
+    """Raises SglKernelStubCalled for `op` where its stand-in may not run: with SMALLM_STUB_ALIGN=0 (both
+    stand-ins off), else for `why` where given (a call its stand-in cannot take)."""
+    import os
+
+    why = "SMALLM_STUB_ALIGN=0" if os.environ.get("SMALLM_STUB_ALIGN", "1") == "0" else why
+    if why:
+        raise SglKernelStubCalled(f"{__name__}.{op} called, but sgl_kernel here is an import-only stub ({why})")
+
+
 def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad,
                          cumsum_buffer, pad_sorted_token_ids=False, ignore_invalid_expert=False):
     """sgl_kernel's op by SGLang's JIT build of it (the module docstring); raises where that cannot stand in."""
-    import os
-
-    if os.environ.get("SMALLM_STUB_ALIGN", "1") == "0" or ignore_invalid_expert:
-        why = "SMALLM_STUB_ALIGN=0" if not ignore_invalid_expert else "ignore_invalid_expert has no JIT build"
-        raise SglKernelStubCalled(f"{__name__}.moe_align_block_size called, but sgl_kernel here is an import-only "
-                                  f"stub ({why})")
+    _stand_in_or_raise("moe_align_block_size", "ignore_invalid_expert has no JIT build" if ignore_invalid_expert else "")
     from sglang.kernels.ops.moe.moe_align import moe_align_block_size as jit_align
 
     jit_align(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad, cumsum_buffer,
@@ -86,11 +91,7 @@ def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, ex
 def moe_sum_reduce(input, output, routed_scaling_factor):
     """sgl_kernel's op by SGLang's Triton op of the same sum (the module docstring); raises with
     SMALLM_STUB_ALIGN=0."""
-    import os
-
-    if os.environ.get("SMALLM_STUB_ALIGN", "1") == "0":
-        raise SglKernelStubCalled(f"{__name__}.moe_sum_reduce called, but sgl_kernel here is an import-only "
-                                  "stub (SMALLM_STUB_ALIGN=0)")
+    _stand_in_or_raise("moe_sum_reduce")
     from sglang.kernels.ops.moe.fused_moe_triton_kernels import moe_sum_reduce_triton
 
     moe_sum_reduce_triton(input, output, routed_scaling_factor)
