@@ -1,5 +1,5 @@
-"""The H200 job scripts under examples/ parse, the A/B job's summary reads the timeline log it writes, and the
-wgmma job's summary reads the probe logs."""
+"""The H200 job scripts under examples/ and the CI scripts parse, the A/B job's summary reads the timeline log it
+writes, the wgmma job's summary reads the probe logs, and .ci/local removes the clone it ran CI in."""
 import pathlib
 import subprocess
 import sys
@@ -7,13 +7,51 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCRIPTS = sorted((ROOT / "examples").rglob("*.sh"))
+SCRIPTS = sorted((ROOT / "examples").rglob("*.sh")) + [ROOT / ".ci" / "run", ROOT / ".ci" / "local"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[str(p.relative_to(ROOT)) for p in SCRIPTS])
 def test_job_script_parses(script):
     r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+@pytest.mark.parametrize("ci_rc", [0, 3])
+def test_ci_local_runs_ci_in_a_clone_it_removes(tmp_path, ci_rc):
+    """.ci/local runs the repo's .ci/run in a fresh clone of HEAD (not the working tree), then make demo where
+    CI passed, keeps the log, passes on CI's exit status and leaves no clone behind (clones left in /tmp
+    took the disk that a later CI run needed)."""
+    repo = tmp_path / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    (repo / ".ci" / "local").write_text((ROOT / ".ci" / "local").read_text())
+    (repo / ".ci" / "run").write_text(f'#!/bin/bash\necho "ran in $PWD"; cat marker; echo "1 passed"; exit {ci_rc}\n')
+    (repo / "Makefile").write_text("demo:\n\techo demo-ran\n")
+    (repo / "marker").write_text("committed\n")
+    for f in (".ci/local", ".ci/run"):
+        (repo / f).chmod(0o755)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "x")
+    (repo / "marker").write_text("uncommitted\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    log = tmp_path / "ci.log"
+    r = subprocess.run(["bash", str(repo / ".ci" / "local")], capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp), "CI_LOG": str(log)})
+    assert r.returncode == ci_rc, r.stdout + r.stderr
+    text = log.read_text()
+    assert "committed" in text and "uncommitted" not in text  # HEAD, not the working tree
+    assert "uncommitted changes are not in the clone" in r.stderr
+    assert f"exit {ci_rc}" in r.stdout
+    assert ("demo-ran" in text) == (ci_rc == 0)
+    assert list(tmp.iterdir()) == []  # the clone is gone
+    ran_in = text.split("ran in ", 1)[1].split()[0]
+    assert ran_in.startswith(str(tmp)) and not pathlib.Path(ran_in).exists()
 
 
 def _ab_summary_source() -> str:
