@@ -586,6 +586,29 @@ int launch_moe_tma(const smallm::MoeArgs& a, gpuStream_t stream) {
 }
 #endif
 
+#if !defined(SMALLM_HIP)
+// Tokens per part (near-equal, as mma_split_tokens) where the tensor-core down's stage fits a block in
+// every part: `part` itself where it already does (or where no part count would: the down runs on CUDA
+// cores either way), else the fewest parts of at most the most tokens that fit
+// (kernels.down_fit_part mirrors this). The stage grows with the pairs, so the most that fit is found
+// downwards from `part`.
+template <int Fmt>
+int down_fit_part(const smallm::MoeArgs& a, int part) {
+  if (!smallm::down_mma_takes<Fmt>(a.I)) return part;
+  smallm::MoeArgs b = a;
+  b.T = part < a.T ? part : a.T;
+  if (down_mma_lo_bytes<Fmt>(b)) return part;
+  while (b.T > 1) {
+    --b.T;
+    if (down_mma_lo_bytes<Fmt>(b)) {
+      const int parts = (a.T + b.T - 1) / b.T;
+      return (a.T + parts - 1) / parts;
+    }
+  }
+  return part;
+}
+#endif
+
 template <int Fmt, int Layout>
 int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   using namespace smallm;
@@ -607,7 +630,13 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   // "h200-ab7" run 4). A token's output depends on its own row and routing only, so the result is the
   // one call's; the gate/up of a later part waits for the earlier part's down (stream order, or
   // griddepcontrol.wait where it is a programmatic dependent) before it writes h.
-  const int part = mma && split ? mma_split_tokens<Fmt>(a.T, a.K, a.D, split_tokens) : 0;
+  // SMALLM_MMA_SPLIT_DOWN=1 (an A/B switch, off by default: unmeasured): also parts whose down stays on
+  // tensor cores where the call's (or its part's) staged h and y would not fit a block
+  // (down_mma_lo_bytes 0, e.g. D = 2048, I = 256 from 26 tokens at top-10, which ran 47 % slower than
+  // SGLang's layer at 28 with its down on CUDA cores, examples/results "h200-s43" run 4).
+  static const bool split_down = env_int("SMALLM_MMA_SPLIT_DOWN", 0) == 1;
+  int part = mma && split ? mma_split_tokens<Fmt>(a.T, a.K, a.D, split_tokens) : 0;
+  if (split_down && mma_down && part > 0) part = down_fit_part<Fmt>(a, part);
   if (part > 0 && part < a.T) {
     for (int t0 = 0; t0 < a.T; t0 += part) {
       MoeArgs b = a;

@@ -154,7 +154,7 @@ def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda
         floor2d = time_read_floor(flats, ids, eb, split=w13, dependent=True)
         roof = nbytes / bw * 1e6
         plan = kernels.kernel_plan(arch, weight_format, t, shape.slots, shape.hidden, shape.inter, layout=layout)
-        parts = kernels.launch_token_parts(arch, weight_format, t, shape.slots, shape.hidden)
+        parts = kernels.launch_token_parts(arch, weight_format, t, shape.slots, shape.hidden, shape.inter)
         calls_mb = statistics.mean(call_weight_bytes(c.topk_ids, shape, weight_format, parts) for c in calls) / 1e6
         floor_mb = nd * eb / 1e6
         row = dict(shape=shape.name, format=weight_format, layout=layout, tokens=t, distinct=nd,

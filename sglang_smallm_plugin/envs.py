@@ -117,6 +117,11 @@ MMA_SPLIT_TOKENS = Switch("SMALLM_MMA_SPLIT_TOKENS", "",
                           "most N (near-equal parts), also where one call would fit; unset: split only where x or the pairs "
                           "do not fit (SMALLM_MMA_SPLIT). At 10 it was slower at 19 tokens and at TP8 and for MXFP4, "
                           "1-1.7 % faster only at FP8 TP4 20 (\"h200-ab15\" run 1, \"h200-s36\" run 1)", accepts=COUNT)
+MMA_SPLIT_DOWN = Switch("SMALLM_MMA_SPLIT_DOWN", "",
+                        "A/B switch (CUDA, variant 5): 1 also runs a tensor-core call whose down's staged h and y would "
+                        "not fit a block (D=2048, I=256, top-10 from 26 tokens on the H200) as calls of fewer tokens whose "
+                        "down does, instead of that down on CUDA cores; unset or 0: off. Not measured yet: the gate's "
+                        "caps send no such call to the kernel", accepts=("", "0", "1"))
 GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     "experiment (CUDA sm_90a, FP8 row-major, tensor-core calls): 1 runs the gate/up as TMA tiles of W13 "
                     "on wgmma (hip/smallm_gateup_tma.h: up to 20 tokens and 320 token-slot pairs, D a multiple of 512), "
@@ -128,7 +133,7 @@ GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     accepts=("0", "1", "2", "3"))
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, GATEUP_PDL, X_PREFETCH,
        GATEUP_TEAMS, DOWN_TEAMS, GATEUP_PER_SM, DOWN_PER_SM, DOWN_LO8, DOWN_RING, MMA_SPLIT, MMA_SPLIT_TOKENS,
-       GATEUP_TMA)
+       MMA_SPLIT_DOWN, GATEUP_TMA)
 
 
 def takes_text(sw: Switch) -> str:

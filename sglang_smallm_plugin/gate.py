@@ -63,8 +63,9 @@ CAPS: Sequence[Cap] = (
     # 1-40 (32: 77.0 vs 99.6, 36: 104.4 vs 106.1, 40: 102.4 vs 116.4; 41 and more not measured): 40, as at
     # D=4096. I=384 (until then I=512's cap) faster at 1-12 (12: 94.2 vs 98.5), slower from 13 (104.1 vs
     # 102.4): 12. I=512 faster at 1 token (16.9 vs 24.1), level at 2 (28.6 vs 28.5), faster at 3, level at
-    # 4, slower from 6: still 1. I=256 (16: 76.4, 20: 87.4 us in run 1) keeps 20: from 21 its down runs
-    # on CUDA cores.
+    # 4, slower from 6: still 1. I=256 (16: 76.4, 20: 87.4 us in run 1) keeps 20: 21-25 not measured (the
+    # down stays on tensor cores there, h's lo half as e5m2; kernels.kernel_plan), from 26 its down runs on
+    # CUDA cores (SMALLM_MMA_SPLIT_DOWN=1 splits such calls instead: not measured yet).
     Cap("sm_90", FP8_BLOCK128, 128, 40, "H200 vs SGLang's layer measured 2026-12-04 at D=2048 (faster at 1-40 tokens; "
         "more not measured)", hidden_max=2048),
     Cap("sm_90", FP8_BLOCK128, 256, 20, "H200 vs SGLang's layer measured 2026-12-04 at D=2048 (faster at 1-20 tokens, "

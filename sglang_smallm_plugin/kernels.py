@@ -280,12 +280,42 @@ def mma_split_tokens(fmt: str, T: int, K: int, D: int, most_tokens: int = 0) -> 
     return -(-T // parts)
 
 
+def down_fit_part(fmt: str, T: int, K: int, D: int, I: int, sms: int, part: int) -> int:
+    """hip/smallm_moe.hip down_fit_part (SMALLM_MMA_SPLIT_DOWN=1): tokens per part (near-equal) where the
+    tensor-core down's stage fits a block in every part: `part` where it already does at min(part, T)
+    tokens, or where no count would; else the fewest parts of at most the most tokens that fit."""
+    if not down_mma_takes(fmt, I):
+        return part
+    t = min(part, T)
+    if down_mma_lo_bytes(fmt, t * K, I, D, sms)[0]:
+        return part
+    while t > 1:
+        t -= 1
+        if down_mma_lo_bytes(fmt, t * K, I, D, sms)[0]:
+            parts = -(-T // t)
+            return -(-T // parts)
+    return part
+
+
+def _atoi_setting(switch) -> int:
+    """A switch as the launcher's env_int reads it (atoi: a leading integer, else 0)."""
+    m = re.match(r"\s*[+-]?\d+", switch.get())
+    return int(m.group(0)) if m else 0
+
+
 def _split_tokens_setting() -> int:
-    """SMALLM_MMA_SPLIT_TOKENS as the launcher reads it (atoi: a leading integer, else 0)."""
+    """SMALLM_MMA_SPLIT_TOKENS as the launcher reads it."""
     from . import envs
 
-    m = re.match(r"\s*[+-]?\d+", envs.MMA_SPLIT_TOKENS.get())
-    return int(m.group(0)) if m else 0
+    return _atoi_setting(envs.MMA_SPLIT_TOKENS)
+
+
+def _split_down_on() -> bool:
+    """SMALLM_MMA_SPLIT_DOWN=1 as the launcher reads it (env_int == 1), where the down may run on tensor
+    cores at all (SMALLM_MMA_DOWN)."""
+    from . import envs
+
+    return _atoi_setting(envs.MMA_SPLIT_DOWN) == 1 and envs.MMA_DOWN.enabled()
 
 
 def _mma_over(T: int, K: int, D: int, fmt: str = FP8_BLOCK128) -> str:
@@ -341,24 +371,32 @@ def _variant(arch: str) -> str:
     return v if v in (("0", "1", "5") if cuda else ("0", "5")) else ("5" if cuda else "0")
 
 
-def _split_part(fmt: str, T: int, K: int, D: int) -> int:
+def _split_part(fmt: str, T: int, K: int, D: int, I: Optional[int] = None, sms: Optional[int] = None) -> int:
     """Tokens per part where the launcher runs a tensor-core call as consecutive calls (SMALLM_MMA_SPLIT,
-    mma_split_tokens), else 0. For a call already on the tensor-core path (kernel_plan's checks)."""
+    mma_split_tokens; with SMALLM_MMA_SPLIT_DOWN=1 also down_fit_part, which needs I), else 0. For a call
+    already on the tensor-core path (kernel_plan's checks)."""
     from . import envs
 
+    if not envs.MMA_SPLIT.enabled():
+        return 0
     part = mma_split_tokens(fmt, T, K, D, _split_tokens_setting())
-    return part if envs.MMA_SPLIT.enabled() and 0 < part < T else 0
+    if part > 0 and _split_down_on():
+        if I is None:
+            raise ValueError("SMALLM_MMA_SPLIT_DOWN=1: the launcher's split depends on I, which the caller did not give")
+        part = down_fit_part(fmt, T, K, D, I, sms or _device_sms(), part)
+    return part if 0 < part < T else 0
 
 
-def launch_token_parts(arch: str, fmt: str, T: int, K: int, D: int) -> list:
+def launch_token_parts(arch: str, fmt: str, T: int, K: int, D: int, I: Optional[int] = None,
+                       sms: Optional[int] = None) -> list:
     """The token counts of the consecutive calls the launcher makes for one call of T tokens (each part
     reads the weights of its own tokens' experts; the bench's byte model counts them): [T] where it
-    makes one."""
+    makes one. I (and sms) matter only with SMALLM_MMA_SPLIT_DOWN=1."""
     from . import envs
 
     if not (arch.startswith("sm_") and _variant(arch) == "5" and _twopass_fits(fmt, D) and envs.MMA.enabled()):
         return [T]
-    part = _split_part(fmt, T, K, D)
+    part = _split_part(fmt, T, K, D, I, sms)
     return [min(part, T - t0) for t0 in range(0, T, part)] if part else [T]
 
 
@@ -381,11 +419,15 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
     sms = sms or _device_sms()  # once, for every tensor-core choice below (and the split calls' plans)
     x_bytes, step = gateup_x_stage_bytes(T, D), _mma_step_values(fmt)
     forced_most = _split_tokens_setting()
-    part = _split_part(fmt, T, K, D)
+    part = _split_part(fmt, T, K, D, I, sms)
     if part:
         parts = -(-T // part)
+        most = min(T, mma_split_tokens(fmt, T, K, D, forced_most))  # the part without the down's rule
         why = (_mma_over(T, K, D, fmt) if not _gateup_mma_fits(fmt, T, K, D)
-               else f"SMALLM_MMA_SPLIT_TOKENS={forced_most}")
+               else f"SMALLM_MMA_SPLIT_TOKENS={forced_most}" if most < T else "")
+        if part < most:
+            down_why = (f"SMALLM_MMA_SPLIT_DOWN=1: the down's staged h and y at {most} tokens would not fit a block")
+            why = f"{why}; {down_why}" if why else down_why
         return f"{parts} calls of at most {part} tokens ({why}), each " + kernel_plan(arch, fmt, part, K, D, I, sms, layout, build)
     if not _gateup_mma_fits(fmt, T, K, D):
         return (f"two-pass (variant 5): gate/up and down on CUDA cores ({_mma_over(T, K, D, fmt)}"

@@ -302,6 +302,65 @@ def test_mma_split_rule_matches_the_header():
     assert "gateup_mma_fits<Fmt>(a.T, a.K, a.D)" in launcher
 
 
+def _down_fits(fmt, T, K, D, I):
+    return kernels.down_mma_lo_bytes(fmt, T * K, I, D, 132)[0] > 0
+
+
+@pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
+@pytest.mark.parametrize("D, I, K", [(2048, 256, 10), (2048, 384, 10), (2048, 512, 10), (4096, 384, 11),
+                                     (4096, 256, 11), (4096, 128, 11), (4096, 256, 8)])
+def test_split_down_switch(env, fmt, D, I, K):
+    """SMALLM_MMA_SPLIT_DOWN=1 (A/B runs): a tensor-core call whose down's staged h and y would not fit a
+    block runs as the fewest calls whose downs do, of ceil(T / calls) tokens but the last (D = 2048, I = 256,
+    top-10: 26 tokens -> 13 + 13), on top of the x/pairs split; the down then never runs on CUDA cores where a part of one token
+    would fit (from 33 tokens there the pairs already split the call into parts that fit). Off (unset, or 0) the
+    launcher splits as before; the Qwen3.5 shapes (D = 4096, I <= 256) split
+    the same either way at every count to 48."""
+    parts_off = {T: kernels.launch_token_parts("sm_90", fmt, T, K, D, I, sms=132) for T in range(1, 49)}
+    env.setenv("SMALLM_MMA_SPLIT_DOWN", "0")
+    assert {T: kernels.launch_token_parts("sm_90", fmt, T, K, D, I, sms=132) for T in range(1, 49)} == parts_off
+    env.setenv("SMALLM_MMA_SPLIT_DOWN", "1")
+    changed = []
+    for T in range(1, 49):
+        parts = kernels.launch_token_parts("sm_90", fmt, T, K, D, I, sms=132)
+        assert sum(parts) == T and set(parts[:-1]) <= {parts[0]} and parts[-1] <= parts[0], (T, parts)
+        assert len(parts) >= len(parts_off[T])
+        if parts != parts_off[T]:
+            changed.append(T)
+            assert all(_down_fits(fmt, p, K, D, I) for p in parts), (T, parts)
+            assert not _down_fits(fmt, max(parts_off[T]), K, D, I), (T, parts_off[T])
+            fewer = -(-T // (len(parts) - 1))  # one part fewer: some part's down would not fit
+            assert not _down_fits(fmt, fewer, K, D, I), (T, parts)
+            plan = kernels.kernel_plan("sm_90", fmt, T, K, D, I, sms=132)
+            assert plan.startswith(f"{len(parts)} calls of at most {max(parts)} tokens (") and (
+                f"SMALLM_MMA_SPLIT_DOWN=1: the down's staged h and y at {max(parts_off[T])} tokens would not fit "
+                "a block") in plan, plan
+            assert "down on CUDA cores" not in plan, plan
+        elif _down_fits(fmt, 1, K, D, I):
+            assert all(_down_fits(fmt, p, K, D, I) for p in parts), (T, parts)
+    if D == 4096 and I <= 256:
+        assert changed == []  # the Qwen3.5 shapes (and top-8 at I = 256)
+    if (D, I) == (2048, 256):
+        assert changed == list(range(26, 33)) and kernels.launch_token_parts("sm_90", fmt, 26, K, D, I, sms=132) == [13, 13]
+    with pytest.raises(ValueError, match="depends on I"):
+        kernels.launch_token_parts("sm_90", fmt, 28, K, D)
+
+
+def test_split_down_rule_matches_the_launcher():
+    """down_fit_part's mirror reads like the launcher's: the part kept where its down fits, else the most
+    tokens that fit found downwards, then near-equal parts; the switch read as env_int == 1, and only where
+    the down may take tensor cores."""
+    text = (HIP / "smallm_moe.hip").read_text()
+    body = text[text.index("int down_fit_part(const smallm::MoeArgs& a, int part) {"):]
+    body = body[:body.index("\n}")]
+    for line in ("if (!smallm::down_mma_takes<Fmt>(a.I)) return part;", "b.T = part < a.T ? part : a.T;",
+                 "if (down_mma_lo_bytes<Fmt>(b)) return part;", "while (b.T > 1) {",
+                 "const int parts = (a.T + b.T - 1) / b.T;", "return (a.T + parts - 1) / parts;"):
+        assert line in body, line
+    assert 'static const bool split_down = env_int("SMALLM_MMA_SPLIT_DOWN", 0) == 1;' in text
+    assert "if (split_down && mma_down && part > 0) part = down_fit_part<Fmt>(a, part);" in text
+
+
 def test_down_ring_rule_matches_the_header():
     text = (HIP / "smallm_moe_twopass.h").read_text()
     body = text[text.index("inline int down_mma_ring_chunks(int I) {"):]
