@@ -36,9 +36,9 @@ def gen():
     return torch.Generator().manual_seed(1234)
 
 
-def _sass_script(name):
-    """examples/sass/NAME.py (a script, not part of the package) as a module."""
-    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "sass" / f"{name}.py"
+def _sass_script(name, folder="sass"):
+    """examples/FOLDER/NAME.py (a script, not part of the package) as a module."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / folder / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # dataclasses look their module up there
@@ -54,3 +54,8 @@ def scoreboards():
 @pytest.fixture(scope="session")
 def stage_banks():
     return _sass_script("stage_banks")
+
+
+@pytest.fixture(scope="session")
+def waitcnt():
+    return _sass_script("waitcnt", folder="isa")

@@ -1,0 +1,116 @@
+"""Where a gfx950 kernel waits for its global loads, read from its assembly (`sglang-smallm isa`).
+
+AMD GPUs count a wave's outstanding vector-memory operations (loads, atomics with a result, loads
+into LDS) on one counter, vmcnt, and they complete in order for the count: `s_waitcnt vmcnt(N)`
+waits until at most the N newest are outstanding. A wait for data loaded after the next item's
+weights therefore waits for those weights too, and `vmcnt(0)` waits for everything in flight. Where
+the next item's weight loads are followed, before the current item's arithmetic, by a wait that
+covers them, no weight load overlaps that arithmetic (the sm_90 counterpart: examples/sass/scoreboards.py).
+
+Usage: python examples/isa/waitcnt.py FILE.s NAME_PART [NAME_PART...]
+prints, per kernel whose mangled name contains NAME_PART, the sequence (line numbers within the
+kernel) of: non-temporal 16-byte loads, the package's weight loads (`LDW`), other global loads
+(`LD`), global atomics that return a value (`ATOM`), vmcnt waits (`W<n>`), LDS writes (`STS`),
+v_dot2 instructions (`DOT`), barriers (`BAR`) and loop headers (`LOOP<depth>`). The order is the
+text's, not a path's: loads under guards sit in their own basic blocks.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+
+_FUNC = re.compile(r"^\s*\.type\s+(\S+),@function")
+_VMCNT = re.compile(r"\bvmcnt\((\d+)\)")
+_LOOP = re.compile(r"Loop Header: Depth=(\d+)")
+
+
+def parse(text: str) -> dict[str, list[str]]:
+    """gfx950 assembly -> {mangled kernel name: its lines from its `.type` directive to the next}."""
+    kernels: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        m = _FUNC.match(line)
+        if m:
+            current = m.group(1)
+            kernels[current] = []
+        elif current is not None:
+            kernels[current].append(line)
+    return kernels
+
+
+def event(line: str) -> str | None:
+    """The event a line is, or None."""
+    loop = _LOOP.search(line)
+    if loop:
+        return f"LOOP{loop.group(1)}"
+    code = line.split(";", 1)[0].strip()
+    if not code or code.endswith(":") or code.startswith("."):
+        return None
+    op = code.split()[0]
+    if op.startswith("global_load"):
+        return "LDW" if op == "global_load_dwordx4" and re.search(r"\bnt\b", code) else "LD"
+    if op.startswith("global_atomic") and re.search(r"\bsc0\b", code):  # sc0: the old value comes back
+        return "ATOM"
+    if op == "s_waitcnt":
+        m = _VMCNT.search(code)
+        return f"W{m.group(1)}" if m else None
+    if op.startswith("ds_write"):
+        return "STS"
+    if op.startswith("v_dot2"):
+        return "DOT"
+    if op == "s_barrier":
+        return "BAR"
+    return None
+
+
+def events(lines: list[str]) -> list[tuple[int, str, int]]:
+    """(line index, event, repeat count), consecutive repeats folded."""
+    out: list[tuple[int, str, int]] = []
+    for i, line in enumerate(lines):
+        e = event(line)
+        if e is None:
+            continue
+        if out and out[-1][1] == e:
+            out[-1] = (out[-1][0], e, out[-1][2] + 1)
+        else:
+            out.append((i, e, 1))
+    return out
+
+
+def drained_before_dot(evs: list[tuple[int, str, int]]) -> list[tuple[int, int]]:
+    """(weight-load line, wait line) for each group of weight loads that a wait covers before the next
+    `DOT`: a `W<n>` after m more vector-memory operations (loads, returning atomics) than the group's
+    last load, with n <= m, leaves at most the n newest outstanding, so the group is complete. Counted in
+    the text's order (a guard's basic block counts as issued)."""
+    found = []
+    for k, (i, e, _) in enumerate(evs):
+        if e != "LDW" or (k > 0 and evs[k - 1][1] == "LDW"):
+            continue
+        after = 0
+        for j, e2, n2 in evs[k + 1:]:
+            if e2 == "DOT":
+                break
+            if e2 in ("LDW", "LD", "ATOM"):
+                after += n2
+            elif e2.startswith("W") and int(e2[1:]) <= after:
+                found.append((i, j))
+                break
+    return found
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("asm")
+    ap.add_argument("names", nargs="+")
+    args = ap.parse_args()
+    with open(args.asm) as f:
+        kernels = parse(f.read())
+    for part in args.names:
+        for name, lines in kernels.items():
+            if part in name:
+                evs = events(lines)
+                print(f"{name} ({len(lines)} lines)\n  " + " ".join(f"{i}:{e}" + (f"x{n}" if n > 1 else "") for i, e, n in evs))
+
+
+if __name__ == "__main__":
+    main()
