@@ -70,6 +70,15 @@ constexpr int kWarp = 64;
 #else
 constexpr int kWarp = 32;
 #endif
+// AMD GPUs count a wave's outstanding global loads on one counter that drains in order (vmcnt): a wait
+// for any load waits for every load issued before it, and a load under a guard leaves the count after
+// it unknown, so the compiler waits for all (docs/gfx950-isa-notes.md). Kernels that keep the next
+// item's loads in flight order their work and guard their loads for it where this is true.
+#if defined(SMALLM_HIP)
+constexpr bool kLoadsDrainInOrder = true;
+#else
+constexpr bool kLoadsDrainInOrder = false;
+#endif
 
 // ---------------------------------------------------------------- thread ids, barriers
 SMALLM_DEV int thread_id() {
@@ -158,6 +167,18 @@ SMALLM_DEV unsigned atomic_add_relaxed(unsigned* p, unsigned v) {
   return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
 #else
   return atomicAdd(p, v);
+#endif
+}
+
+// A block's ticket: the old value of *p, which becomes *p + 1. On HIP an atomic increment (it wraps at
+// 2^32 - 1, which no ticket count reaches): clang's atomic optimizer rewrites one thread's atomic add
+// into a wave-wide add whose result it reads at once (gfx950 assembly: `s_waitcnt vmcnt(0)` right after
+// it, docs/gfx950-isa-notes.md), but leaves the increment alone, so its result is waited for where used.
+SMALLM_DEV unsigned ticket_take(unsigned* p) {
+#if defined(SMALLM_HIP)
+  return __builtin_amdgcn_atomic_inc32(p, 0xffffffffu, __ATOMIC_RELAXED, "agent");
+#else
+  return atomicAdd(p, 1u);
 #endif
 }
 

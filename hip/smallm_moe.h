@@ -385,28 +385,47 @@ struct Loads {
   float s[8];
 };
 
+// Phase 1's weight scales as loaded, and as used. kLoadsDrainInOrder (HIP) with MXFP4: the e8m0 byte is
+// kept as it is (in the float's bits) and converted where used, since converting it at the load waits
+// for the load, and with it for every load issued before (the item's weights).
+template <int Fmt, int Layout>
+SMALLM_DEV float phase1_scale(const void* s, int e, int rows, int kdim, int row, int kvi) {
+  if constexpr (Fmt == kMxfp4 && kLoadsDrainInOrder)
+    return __builtin_bit_cast(float, Format<Fmt>::template scale_byte<Layout>(s, e, rows, kdim, row, kvi));
+  else
+    return Format<Fmt>::template scale<Layout>(s, e, rows, kdim, row, kvi);
+}
+template <int Fmt>
+SMALLM_DEV float phase1_scale_value(float loaded) {
+  if constexpr (Fmt == kMxfp4 && kLoadsDrainInOrder)
+    return e8m0_to_f32(__builtin_bit_cast(uint32_t, loaded));
+  else
+    return loaded;
+}
+
 template <int Fmt, int Layout>
 SMALLM_DEV void phase1_loads(const MoeArgs& a, const Geometry& G, const Routing& R, int u, int grp, int ks, Loads& L) {
-  using F = Format<Fmt>;
   const int t = thread_id(), r = t & 15, c = t >> 4;
   const int e = R.id[R.ulead[u]];
   const int rows13 = 2 * a.I;
   const uint8_t* wb = a.w13 + (size_t)e * rows13 * G.rowb1;
   const int rg = grp * 16 + r, ru = a.I + grp * 16 + r;
+  // kLoadsDrainInOrder (HIP): every load issued, a vector past the row's end taking the row's last (its
+  // value unused: phase1_item skips it), so that no load sits under a guard (see kLoadsDrainInOrder).
 #pragma unroll
   for (int j = 0; j < kJ1; ++j) {
-    const int kvi = ks * kSlice1 + c + 16 * j;
-    if (kvi < G.nv1) {
-      L.v[j] = load_weights(wb + vec_offset<Layout>(rg, kvi, G.rowb1));
-      L.v[kJ1 + j] = load_weights(wb + vec_offset<Layout>(ru, kvi, G.rowb1));
+    const int kvi = ks * kSlice1 + c + 16 * j, kv = kLoadsDrainInOrder ? imin(kvi, G.nv1 - 1) : kvi;
+    if (kLoadsDrainInOrder || kvi < G.nv1) {
+      L.v[j] = load_weights(wb + vec_offset<Layout>(rg, kv, G.rowb1));
+      L.v[kJ1 + j] = load_weights(wb + vec_offset<Layout>(ru, kv, G.rowb1));
     }
   }
 #pragma unroll
   for (int j = 0; j < kJ1; ++j) {
-    const int kvi = ks * kSlice1 + c + 16 * j;
-    if (kvi < G.nv1) {
-      L.s[j] = F::template scale<Layout>(a.s13, e, rows13, a.D, rg, kvi);
-      L.s[kJ1 + j] = F::template scale<Layout>(a.s13, e, rows13, a.D, ru, kvi);
+    const int kvi = ks * kSlice1 + c + 16 * j, kv = kLoadsDrainInOrder ? imin(kvi, G.nv1 - 1) : kvi;
+    if (kLoadsDrainInOrder || kvi < G.nv1) {
+      L.s[j] = phase1_scale<Fmt, Layout>(a.s13, e, rows13, a.D, rg, kv);
+      L.s[kJ1 + j] = phase1_scale<Fmt, Layout>(a.s13, e, rows13, a.D, ru, kv);
     }
   }
 }
@@ -506,8 +525,8 @@ SMALLM_DEV void phase1_item(const MoeArgs& a, const Geometry& G, const Routing& 
           opaque(L.v[j]);  // keep converted weights from being hoisted out of the pair loop
           opaque(L.v[kJ1 + j]);
           const Vec16* xv = xs + m * slice_vecs + kl * kXv;
-          ag = ffma(L.s[j], F::dot_bf16(L.v[j], xv), ag);
-          au = ffma(L.s[kJ1 + j], F::dot_bf16(L.v[kJ1 + j], xv), au);
+          ag = ffma(phase1_scale_value<Fmt>(L.s[j]), F::dot_bf16(L.v[j], xv), ag);
+          au = ffma(phase1_scale_value<Fmt>(L.s[kJ1 + j]), F::dot_bf16(L.v[kJ1 + j], xv), au);
         }
       }
       ag = warp_row_sum(ag);
@@ -640,7 +659,7 @@ __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
   __shared__ float red[kWarps][2][kMC][16];
   __shared__ __attribute__((aligned(16))) uint8_t stage[kStageBytes];
   const int t = thread_id();
-  if (t == 0) R.ticket = (int)atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
+  if (t == 0) R.ticket = (int)ticket_take(&a.sync[kSyncTicket]);
   build_routing(a, R);
   const Geometry G = geometry<Fmt>(a);
   const int n1 = R.nd * G.n1per, n = n1 + R.nd * G.ndr;
@@ -679,7 +698,7 @@ __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
   if (Variant == 0) {
     // Software pipeline across items: the next item's weights are in flight while this one
     // computes, reduces and signals. Tickets are fetched one item further ahead.
-    if (t == 0) R.next = (int)atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
+    if (t == 0) R.next = (int)ticket_take(&a.sync[kSyncTicket]);
     // Between two phase-1 items the next one's x slices are copied into the other half of the
     // stage while this one runs (phase 2 uses the whole stage, so never around it).
     Loads cur, nxt;
@@ -689,14 +708,20 @@ __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
     bool prefetched = false;
     while (item < n) {
       block_sync();  // everyone has read R.next
-      unsigned tk = 0;
-      if (t == 0 && next < n) tk = atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
-      issue(next, nxt);
-      const bool pre_next = a.x_prefetch && item < n1 && next < n1;
-      if (pre_next) {
+      auto prefetch = [&] {
         const int un = next / G.n1per;
         prefetch_x<Fmt>(a, G, R, un, (next - un * G.n1per) % G.ksplit, xhalf(half ^ 1));
+      };
+      // kLoadsDrainInOrder (HIP, where the copy waits for its loads): the next item's x before its
+      // weights and the ticket, so that waiting for x does not wait for them too
+      if constexpr (kLoadsDrainInOrder) {
+        if (a.x_prefetch && item < n1 && next < n1) prefetch();
       }
+      unsigned tk = 0;
+      if (t == 0 && next < n) tk = ticket_take(&a.sync[kSyncTicket]);
+      issue(next, nxt);
+      const bool pre_next = a.x_prefetch && item < n1 && next < n1;
+      if (!kLoadsDrainInOrder && pre_next) prefetch();
       process(item, cur, half, prefetched, pre_next);
       half ^= 1;
       prefetched = pre_next;
@@ -710,7 +735,7 @@ __global__ void SMALLM_BOUNDS smallm_moe_kernel(MoeArgs a) {
     Loads cur;
     while (item < n) {
       unsigned tk = 0;
-      if (t == 0) tk = atomic_add_relaxed(&a.sync[kSyncTicket], 1u);
+      if (t == 0) tk = ticket_take(&a.sync[kSyncTicket]);
       issue(item, cur);
       process(item, cur, 0, false, false);
       if (t == 0) R.next = (int)tk;

@@ -58,3 +58,40 @@ def test_weight_loads_drained_before_the_dot_products(waitcnt):
     assert waitcnt.drained_before_dot(waitcnt.events(down)) == []
     evs = waitcnt.events(waitcnt.parse(ASM.replace("off nt\n\ts_waitcnt vmcnt(1)", "off nt\n\tglobal_load_dword v5, v[2:3], off\n\ts_waitcnt vmcnt(1)"))["_ZN6smallm18smallm_down_kernelILi0ELi0EEEvNS_7MoeArgsE"])
     assert [e for _, e, _ in evs] == ["LDW", "LD", "W1", "DOT"] and len(waitcnt.drained_before_dot(evs)) == 1
+
+
+def _loop(second_path_waits):
+    loads = "\n".join(f"\tglobal_load_dwordx4 v[{4 * k}:{4 * k + 3}], v[40:41], off nt" for k in range(8))
+    wait = "\ts_waitcnt vmcnt(0)\n" if second_path_waits else ""
+    return f"""
+	.type	_ZN6smallm17smallm_moe_kernelILi0ELi0ELi0EEEvNS_7MoeArgsE,@function
+.LBB0_1:                                ; =>This Loop Header: Depth=1
+{loads}
+	global_load_dword v50, v[42:43], off
+	s_cbranch_scc1 .LBB0_3
+; %bb.2:
+	global_load_dword v51, v[44:45], off sc1
+	s_waitcnt vmcnt(0)
+	s_branch .LBB0_4
+.LBB0_3:
+{wait}	s_barrier
+.LBB0_4:
+	v_dot2c_f32_bf16_e32 v60, v61, v62
+	s_cbranch_scc0 .LBB0_1
+	s_endpgm
+"""
+
+
+def test_weight_loads_in_flight_follow_the_branches(waitcnt):
+    """Eight weight loads in one block, then two paths to the dot products: one waits for everything (a
+    phase-2 acquire), the other not. The loads are in flight at a DOT on some path; where the second path
+    waits too, on none. A vmcnt(1) after one more load would also cover them."""
+    lines = list(waitcnt.parse(_loop(False)).values())[0]
+    blocks, succ = waitcnt.blocks(lines)
+    assert len(blocks) == 5 and sorted(map(len, succ)) == [0, 1, 1, 2, 2]
+    (line, ok), = waitcnt.weight_groups_in_flight(lines)
+    assert ok and "global_load_dwordx4 v[28:31]" in lines[line]
+    assert waitcnt.weight_groups_in_flight(list(waitcnt.parse(_loop(True)).values())[0]) == [(line, False)]
+    assert waitcnt.weight_groups_in_flight(lines, size=9) == []
+    covered = _loop(True).replace("\ts_waitcnt vmcnt(0)\n\ts_barrier", "\ts_waitcnt vmcnt(1)\n\ts_barrier")
+    assert waitcnt.weight_groups_in_flight(list(waitcnt.parse(covered).values())[0]) == [(line, False)]

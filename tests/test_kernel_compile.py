@@ -14,9 +14,14 @@ HIP = pathlib.Path(__file__).resolve().parent.parent / "hip"
 
 
 @pytest.fixture(scope="module")
-def gfx950(tmp_path_factory):
-    out = tmp_path_factory.mktemp("isa")
-    return [r for _, rows in isa.compile_all("gfx950", out) for r in rows]  # -Wall -Wextra -Werror
+def gfx950_build(tmp_path_factory):
+    """[(path of the .s, rows)] per source, compiled once for the module (-Wall -Wextra -Werror)."""
+    return isa.compile_all("gfx950", tmp_path_factory.mktemp("isa"))
+
+
+@pytest.fixture(scope="module")
+def gfx950(gfx950_build):
+    return [r for _, rows in gfx950_build for r in rows]
 
 
 def _moe(rows):
@@ -61,6 +66,29 @@ def test_gfx950_cross_block_handoff_is_device_coherent(gfx950):
     for r in _moe(gfx950):
         has = r["counts"]["buffer_wbl2"] > 0 and r["counts"]["buffer_inv"] > 0
         assert has != _twopass(r), r
+
+
+def test_gfx950_block_kernel_keeps_the_next_items_weights_in_flight(gfx950_build, waitcnt):
+    """gfx950 counts a wave's loads in order (vmcnt): the block kernel's item loop keeps the next item's
+    phase-1 weights in flight through the current item's dot products only where nothing it waits for
+    comes after them and none of them sits under a guard (docs/gfx950-isa-notes.md). In every block-kernel
+    build (both formats, both layouts) some path from the loop's eight weight loads reaches the dot
+    products with no wait that covers them (examples/isa/waitcnt.py), and the ticket is an atomic
+    increment, whose result the compiler waits for where it is used, not clang's wave-wide rewrite of
+    an add, which it reads at once. Before these (2026-12-04) no build had the eight loads in one block."""
+    path = next(p for p, _ in gfx950_build if p.name.startswith("smallm_moe."))
+    kernels = waitcnt.parse(path.read_text())
+    block = {n: lines for n, lines in kernels.items() if "smallm_moe_kernel" in n and n.endswith("Li0EEEvNS_7MoeArgsE")}
+    assert len(block) == 4, sorted(kernels)
+    for name, lines in block.items():
+        assert any(ok for _, ok in waitcnt.weight_groups_in_flight(lines)), name
+        # the tickets (at entry, before the loop, in the loop), each returning its old value (sc0); the
+        # first two go to shared memory at once, the loop's is waited for where it is used
+        tickets = [i for i, line in enumerate(lines) if re.match(r"\s+global_atomic_inc\b.*\bsc0\b", line)]
+        assert len(tickets) == 3, (name, [lines[i] for i in tickets])
+        after = [line.strip() for line in lines[tickets[-1] + 1:tickets[-1] + 4]]
+        assert not any(line.startswith("s_waitcnt") and "vmcnt(0)" in line for line in after), (name, after)
+        assert not any("v_readfirstlane" in line for line in after), (name, after)
 
 
 def test_gfx950_sort_kernels(gfx950):

@@ -98,6 +98,94 @@ def drained_before_dot(evs: list[tuple[int, str, int]]) -> list[tuple[int, int]]
     return found
 
 
+_LABEL = re.compile(r"^(\.LBB\d+_\d+):")
+_TARGET = re.compile(r"(\.LBB\d+_\d+)\b")
+
+
+def blocks(lines: list[str]) -> tuple[list[list[tuple[int, str]]], list[list[int]]]:
+    """A kernel's basic blocks, each [(line index, event)] with every vector-memory operation as its own
+    event (`LDW`, `LD`, `ATOM`, or `VM` for other global or buffer operations, which count on vmcnt too),
+    and each block's successors (fall-through and branch targets)."""
+    starts, names = [0], {}
+    for i, line in enumerate(lines):
+        m = _LABEL.match(line)
+        if m:
+            names[m.group(1)] = i
+            starts.append(i)
+    for i, line in enumerate(lines):
+        op = line.split(";", 1)[0].strip().split(" ")[0]
+        if op.startswith(("s_branch", "s_cbranch", "s_endpgm", "s_setpc")):
+            starts.append(i + 1)
+    starts = sorted(set(s for s in starts if s < len(lines)))
+    index = {s: k for k, s in enumerate(starts)}
+    evs, succ = [], []
+    for k, s in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else len(lines)
+        found, nxt, falls = [], [], True
+        for i in range(s, end):
+            code = lines[i].split(";", 1)[0].strip()
+            op = code.split(" ")[0] if code else ""
+            e = event(lines[i])
+            if e is None and op.startswith(("global_", "buffer_load", "buffer_store", "buffer_atomic", "flat_")):
+                e = "VM"
+            if e is not None and not e.startswith("LOOP"):
+                found.append((i, e))
+            if op.startswith(("s_branch", "s_cbranch")):
+                t = _TARGET.search(code)
+                if t and t.group(1) in names:
+                    nxt.append(index[names[t.group(1)]])
+                falls = not op.startswith("s_branch")
+            elif op.startswith(("s_endpgm", "s_setpc")):
+                falls = False
+        if falls and k + 1 < len(starts):
+            nxt.append(k + 1)
+        evs.append(found)
+        succ.append(nxt)
+    return evs, succ
+
+
+def weight_groups_in_flight(lines: list[str], size: int = 8) -> list[tuple[int, bool]]:
+    """For each run of `size` or more weight loads (`LDW`) in one basic block: (its last load's line,
+    whether some path from it reaches a `DOT` with that load possibly still outstanding, that is with no
+    `W<n>` on the way whose n is at most the vector-memory operations issued since). A path ends at a DOT,
+    at another run of weight loads (the next issue), or where the load is waited for."""
+    evs, succ = blocks(lines)
+    groups = []
+    for b, found in enumerate(evs):
+        run = 0
+        for pos, (i, e) in enumerate(found):
+            run = run + 1 if e == "LDW" else 0
+            last = pos + 1 >= len(found) or found[pos + 1][1] != "LDW"
+            if e == "LDW" and last and run >= size:
+                groups.append((b, pos, i))
+    out = []
+    for b0, pos0, line0 in groups:
+        seen, stack, reached = set(), [(b0, pos0 + 1, 0)], False
+        while stack and not reached:
+            b, pos, after = stack.pop()
+            if (b, pos, after) in seen:
+                continue
+            seen.add((b, pos, after))
+            stopped = False
+            for i, e in evs[b][pos:]:
+                if e == "DOT":
+                    reached = True
+                    break
+                if e == "LDW" and (b, i) != (b0, line0) and after > 0 and (b != b0 or i > line0):
+                    # another group's loads: the next issue
+                    stopped = True
+                    break
+                if e in ("LDW", "LD", "ATOM", "VM"):
+                    after = min(after + 1, 64)
+                elif e.startswith("W") and int(e[1:]) <= after:
+                    stopped = True
+                    break
+            if not reached and not stopped:
+                stack.extend((n, 0, after) for n in succ[b])
+        out.append((line0, reached))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("asm")
@@ -110,6 +198,10 @@ def main() -> None:
             if part in name:
                 evs = events(lines)
                 print(f"{name} ({len(lines)} lines)\n  " + " ".join(f"{i}:{e}" + (f"x{n}" if n > 1 else "") for i, e, n in evs))
+                flights = weight_groups_in_flight(lines)
+                if flights:
+                    print("  weight loads (8 or more in a block) still in flight at a DOT on some path: " +
+                          ", ".join(f"{i}: {'yes' if ok else 'no'}" for i, ok in flights))
 
 
 if __name__ == "__main__":
