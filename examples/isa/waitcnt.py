@@ -17,6 +17,7 @@ text's, not a path's: loads under guards sit in their own basic blocks.
 from __future__ import annotations
 
 import argparse
+import pathlib
 import re
 
 _FUNC = re.compile(r"^\s*\.type\s+(\S+),@function")
@@ -186,22 +187,24 @@ def weight_groups_in_flight(lines: list[str], size: int = 8) -> list[tuple[int, 
     return out
 
 
+def report(name: str, lines: list[str]) -> str:
+    """A kernel's folded event line, and whether each run of weight loads reaches a DOT in flight."""
+    seq = " ".join(f"{i}:{e}" + (f"x{n}" if n > 1 else "") for i, e, n in events(lines))
+    text = f"{name} ({len(lines)} lines)\n  {seq}"
+    flights = weight_groups_in_flight(lines)
+    if flights:
+        text += ("\n  weight loads (8 or more in a block) still in flight at a DOT on some path: " +
+                 ", ".join(f"{i}: {'yes' if ok else 'no'}" for i, ok in flights))
+    return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("asm")
+    ap.add_argument("asm", type=pathlib.Path)
     ap.add_argument("names", nargs="+")
     args = ap.parse_args()
-    with open(args.asm) as f:
-        kernels = parse(f.read())
-    for part in args.names:
-        for name, lines in kernels.items():
-            if part in name:
-                evs = events(lines)
-                print(f"{name} ({len(lines)} lines)\n  " + " ".join(f"{i}:{e}" + (f"x{n}" if n > 1 else "") for i, e, n in evs))
-                flights = weight_groups_in_flight(lines)
-                if flights:
-                    print("  weight loads (8 or more in a block) still in flight at a DOT on some path: " +
-                          ", ".join(f"{i}: {'yes' if ok else 'no'}" for i, ok in flights))
+    kernels = parse(args.asm.read_text())
+    print("\n".join(report(n, lines) for part in args.names for n, lines in kernels.items() if part in n))
 
 
 if __name__ == "__main__":
