@@ -172,7 +172,7 @@ def weight_groups_in_flight(lines: list[str], size: int = 8) -> list[tuple[int, 
                 if e == "DOT":
                     reached = True
                     break
-                if e == "LDW" and (b, i) != (b0, line0) and after > 0 and (b != b0 or i > line0):
+                if e == "LDW" and after > 0 and (b != b0 or i > line0):
                     # another group's loads: the next issue
                     stopped = True
                     break
