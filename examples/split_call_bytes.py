@@ -17,7 +17,7 @@ for name in ("qwen35-tp4", "qwen35-tp8"):
     shape = shape_by_name(name)
     eb = shape.expert_bytes("fp8_block128")
     for t in (19, 20, 21, 24, 28):
-        parts = kernels.launch_token_parts("sm_90", "fp8_block128", t, shape.slots, shape.hidden)
+        parts = kernels.launch_token_parts("sm_90", "fp8_block128", t, shape.slots, shape.hidden, shape.inter)
         ratio, distinct = [], []
         for c in range(draws):
             _, ids = make_routing(shape, t, 17 * t + c, "cpu")

@@ -630,11 +630,12 @@ int launch_twopass(const smallm::MoeArgs& a, gpuStream_t stream) {
   // "h200-ab7" run 4). A token's output depends on its own row and routing only, so the result is the
   // one call's; the gate/up of a later part waits for the earlier part's down (stream order, or
   // griddepcontrol.wait where it is a programmatic dependent) before it writes h.
-  // SMALLM_MMA_SPLIT_DOWN=1 (an A/B switch, off by default: unmeasured): also parts whose down stays on
-  // tensor cores where the call's (or its part's) staged h and y would not fit a block
-  // (down_mma_lo_bytes 0, e.g. D = 2048, I = 256 from 26 tokens at top-10, which ran 47 % slower than
-  // SGLang's layer at 28 with its down on CUDA cores, examples/results "h200-s43" run 4).
-  static const bool split_down = env_int("SMALLM_MMA_SPLIT_DOWN", 0) == 1;
+  // Also parts whose down stays on tensor cores where the call's (or its part's) staged h and y would
+  // not fit a block (down_mma_lo_bytes 0, e.g. D = 2048, I = 256 from 26 tokens at top-10: 26 -> 13 + 13).
+  // There, with the down on CUDA cores, 26-32 tokens took 163.1-193.5 us; split, 129.0-152.4 us (21 %
+  // faster; still 7-9 % slower than SGLang's layer, above the gate's cap), examples/results "h200-s46"
+  // run 1. SMALLM_MMA_SPLIT_DOWN=0 (A/B runs): the down on CUDA cores there instead.
+  static const bool split_down = env_switch_on("SMALLM_MMA_SPLIT_DOWN");
   int part = mma && split ? mma_split_tokens<Fmt>(a.T, a.K, a.D, split_tokens) : 0;
   if (split_down && mma_down && part > 0) part = down_fit_part<Fmt>(a, part);
   if (part > 0 && part < a.T) {

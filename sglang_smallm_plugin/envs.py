@@ -117,11 +117,11 @@ MMA_SPLIT_TOKENS = Switch("SMALLM_MMA_SPLIT_TOKENS", "",
                           "most N (near-equal parts), also where one call would fit; unset: split only where x or the pairs "
                           "do not fit (SMALLM_MMA_SPLIT). At 10 it was slower at 19 tokens and at TP8 and for MXFP4, "
                           "1-1.7 % faster only at FP8 TP4 20 (\"h200-ab15\" run 1, \"h200-s36\" run 1)", accepts=COUNT)
-MMA_SPLIT_DOWN = Switch("SMALLM_MMA_SPLIT_DOWN", "",
-                        "A/B switch (CUDA, variant 5): 1 also runs a tensor-core call whose down's staged h and y would "
-                        "not fit a block (D=2048, I=256, top-10 from 26 tokens on the H200) as calls of fewer tokens whose "
-                        "down does, instead of that down on CUDA cores; unset or 0: off. Not measured yet: the gate's "
-                        "caps send no such call to the kernel", accepts=("", "0", "1"))
+MMA_SPLIT_DOWN = Switch("SMALLM_MMA_SPLIT_DOWN", "1",
+                        "A/B switch (CUDA, variant 5): 0 runs a tensor-core call whose down's staged h and y would not fit "
+                        "a block (D=2048, I=256, top-10 from 26 tokens on the H200) with that down on CUDA cores, instead "
+                        "of as calls of fewer tokens whose down does (21 % slower at 26-32 tokens, \"h200-s46\" run 1; "
+                        "the gate's caps send no such call to the kernel)", accepts=ZERO_ONE)
 GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     "experiment (CUDA sm_90a, FP8 row-major, tensor-core calls): 1 runs the gate/up as TMA tiles of W13 "
                     "on wgmma (hip/smallm_gateup_tma.h: up to 20 tokens and 320 token-slot pairs, D a multiple of 512), "

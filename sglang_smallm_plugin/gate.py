@@ -63,13 +63,16 @@ CAPS: Sequence[Cap] = (
     # 1-40 (32: 77.0 vs 99.6, 36: 104.4 vs 106.1, 40: 102.4 vs 116.4; 41 and more not measured): 40, as at
     # D=4096. I=384 (until then I=512's cap) faster at 1-12 (12: 94.2 vs 98.5), slower from 13 (104.1 vs
     # 102.4): 12. I=512 faster at 1 token (16.9 vs 24.1), level at 2 (28.6 vs 28.5), faster at 3, level at
-    # 4, slower from 6: still 1. I=256 (16: 76.4, 20: 87.4 us in run 1) keeps 20: 21-25 not measured (the
-    # down stays on tensor cores there, h's lo half as e5m2; kernels.kernel_plan), from 26 its down runs on
-    # CUDA cores (SMALLM_MMA_SPLIT_DOWN=1 splits such calls instead: not measured yet).
+    # 4, slower from 6: still 1. I=256 (16: 76.4, 20: 87.4 us in run 1) kept 20 until 21-25 were measured
+    # ("h200-s46" runs 1-2, two jobs, us kernel vs fallback): 21: 92.0 vs 107.6 and 91.8 vs 107.6, 22: 96.0
+    # vs 110.7, 23: 104.0 vs 111.8, 24: 106.4 vs 114.1 and 106.4 vs 114.1, 25: 111.1 vs 118.0 and 111.4 vs
+    # 117.9 (6 %): the cap is 25. From 26 the down's stage no longer fits a block: on CUDA cores 163.1 vs
+    # 120.8 (run 1), as two calls of 13 (the down-fit split, the default since) 129.3 vs 120.6 (run 2),
+    # still 7 % slower.
     Cap("sm_90", FP8_BLOCK128, 128, 40, "H200 vs SGLang's layer measured 2026-12-04 at D=2048 (faster at 1-40 tokens; "
         "more not measured)", hidden_max=2048),
-    Cap("sm_90", FP8_BLOCK128, 256, 20, "H200 vs SGLang's layer measured 2026-12-04 at D=2048 (faster at 1-20 tokens, "
-        "47 % slower at 28)", hidden_max=2048),
+    Cap("sm_90", FP8_BLOCK128, 256, 25, "H200 vs SGLang's layer measured 2026-12-04 at D=2048 (faster at 1-25 tokens, "
+        "7 % slower at 26)", hidden_max=2048),
     Cap("sm_90", FP8_BLOCK128, 384, 12, "H200 vs SGLang's layer measured 2026-12-04 at D=2048, I=384 (faster at 1-12 "
         "tokens, slower from 13)", hidden_max=2048),
     Cap("sm_90", FP8_BLOCK128, 512, 1, "H200 vs SGLang's layer measured 2026-12-04 at D=2048, I=512 (faster at 1 token, "

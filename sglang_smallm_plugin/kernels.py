@@ -281,7 +281,7 @@ def mma_split_tokens(fmt: str, T: int, K: int, D: int, most_tokens: int = 0) -> 
 
 
 def down_fit_part(fmt: str, T: int, K: int, D: int, I: int, sms: int, part: int) -> int:
-    """hip/smallm_moe.hip down_fit_part (SMALLM_MMA_SPLIT_DOWN=1): tokens per part (near-equal) where the
+    """hip/smallm_moe.hip down_fit_part (unless SMALLM_MMA_SPLIT_DOWN=0): tokens per part (near-equal) where the
     tensor-core down's stage fits a block in every part: `part` where it already does at min(part, T)
     tokens, or where no count would; else the fewest parts of at most the most tokens that fit."""
     if not down_mma_takes(fmt, I):
@@ -311,11 +311,11 @@ def _split_tokens_setting() -> int:
 
 
 def _split_down_on() -> bool:
-    """SMALLM_MMA_SPLIT_DOWN=1 as the launcher reads it (env_int == 1), where the down may run on tensor
-    cores at all (SMALLM_MMA_DOWN)."""
+    """SMALLM_MMA_SPLIT_DOWN as the launcher reads it (on unless it starts with 0), where the down may run
+    on tensor cores at all (SMALLM_MMA_DOWN)."""
     from . import envs
 
-    return _atoi_setting(envs.MMA_SPLIT_DOWN) == 1 and envs.MMA_DOWN.enabled()
+    return not envs.MMA_SPLIT_DOWN.get().startswith("0") and envs.MMA_DOWN.enabled()
 
 
 def _mma_over(T: int, K: int, D: int, fmt: str = FP8_BLOCK128) -> str:
@@ -371,9 +371,9 @@ def _variant(arch: str) -> str:
     return v if v in (("0", "1", "5") if cuda else ("0", "5")) else ("5" if cuda else "0")
 
 
-def _split_part(fmt: str, T: int, K: int, D: int, I: Optional[int] = None, sms: Optional[int] = None) -> int:
+def _split_part(fmt: str, T: int, K: int, D: int, I: int, sms: Optional[int] = None) -> int:
     """Tokens per part where the launcher runs a tensor-core call as consecutive calls (SMALLM_MMA_SPLIT,
-    mma_split_tokens; with SMALLM_MMA_SPLIT_DOWN=1 also down_fit_part, which needs I), else 0. For a call
+    mma_split_tokens, and down_fit_part unless SMALLM_MMA_SPLIT_DOWN=0), else 0. For a call
     already on the tensor-core path (kernel_plan's checks)."""
     from . import envs
 
@@ -381,17 +381,14 @@ def _split_part(fmt: str, T: int, K: int, D: int, I: Optional[int] = None, sms: 
         return 0
     part = mma_split_tokens(fmt, T, K, D, _split_tokens_setting())
     if part > 0 and _split_down_on():
-        if I is None:
-            raise ValueError("SMALLM_MMA_SPLIT_DOWN=1: the launcher's split depends on I, which the caller did not give")
         part = down_fit_part(fmt, T, K, D, I, sms or _device_sms(), part)
     return part if 0 < part < T else 0
 
 
-def launch_token_parts(arch: str, fmt: str, T: int, K: int, D: int, I: Optional[int] = None,
-                       sms: Optional[int] = None) -> list:
+def launch_token_parts(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Optional[int] = None) -> list:
     """The token counts of the consecutive calls the launcher makes for one call of T tokens (each part
     reads the weights of its own tokens' experts; the bench's byte model counts them): [T] where it
-    makes one. I (and sms) matter only with SMALLM_MMA_SPLIT_DOWN=1."""
+    makes one. I and sms matter for the down-fit split (down_fit_part)."""
     from . import envs
 
     if not (arch.startswith("sm_") and _variant(arch) == "5" and _twopass_fits(fmt, D) and envs.MMA.enabled()):
@@ -426,7 +423,7 @@ def kernel_plan(arch: str, fmt: str, T: int, K: int, D: int, I: int, sms: Option
         why = (_mma_over(T, K, D, fmt) if not _gateup_mma_fits(fmt, T, K, D)
                else f"SMALLM_MMA_SPLIT_TOKENS={forced_most}" if most < T else "")
         if part < most:
-            down_why = (f"SMALLM_MMA_SPLIT_DOWN=1: the down's staged h and y at {most} tokens would not fit a block")
+            down_why = (f"the down's staged h and y at {most} tokens would not fit a block")
             why = f"{why}; {down_why}" if why else down_why
         return f"{parts} calls of at most {part} tokens ({why}), each " + kernel_plan(arch, fmt, part, K, D, I, sms, layout, build)
     if not _gateup_mma_fits(fmt, T, K, D):

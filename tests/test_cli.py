@@ -139,18 +139,18 @@ def test_launch_token_parts_follow_the_launcher_split(monkeypatch):
 
     for var in ("SMALLM_MMA_SPLIT", "SMALLM_MMA_SPLIT_TOKENS", "SMALLM_KERNEL_VARIANT", "SMALLM_MMA"):
         monkeypatch.delenv(var, raising=False)
-    assert kernels.launch_token_parts("sm_90", "fp8_block128", 20, 11, 4096) == [20]
-    assert kernels.launch_token_parts("sm_90", "fp8_block128", 21, 11, 4096) == [11, 10]
-    assert kernels.launch_token_parts("sm_90", "fp8_block128", 28, 11, 4096) == [14, 14]
-    assert kernels.launch_token_parts("sm_90", "mxfp4", 41, 11, 4096) == [14, 14, 13]
-    assert kernels.launch_token_parts("gfx950", "fp8_block128", 28, 11, 4096) == [28]
+    assert kernels.launch_token_parts("sm_90", "fp8_block128", 20, 11, 4096, 256) == [20]
+    assert kernels.launch_token_parts("sm_90", "fp8_block128", 21, 11, 4096, 256) == [11, 10]
+    assert kernels.launch_token_parts("sm_90", "fp8_block128", 28, 11, 4096, 256) == [14, 14]
+    assert kernels.launch_token_parts("sm_90", "mxfp4", 41, 11, 4096, 256) == [14, 14, 13]
+    assert kernels.launch_token_parts("gfx950", "fp8_block128", 28, 11, 4096, 256) == [28]
     monkeypatch.setenv("SMALLM_MMA_SPLIT_TOKENS", "10")
-    assert kernels.launch_token_parts("sm_90", "fp8_block128", 19, 11, 4096) == [10, 9]
+    assert kernels.launch_token_parts("sm_90", "fp8_block128", 19, 11, 4096, 256) == [10, 9]
     monkeypatch.setenv("SMALLM_MMA_SPLIT", "0")
-    assert kernels.launch_token_parts("sm_90", "fp8_block128", 28, 11, 4096) == [28]
+    assert kernels.launch_token_parts("sm_90", "fp8_block128", 28, 11, 4096, 256) == [28]
     monkeypatch.delenv("SMALLM_MMA_SPLIT")
     monkeypatch.setenv("SMALLM_KERNEL_VARIANT", "1")
-    assert kernels.launch_token_parts("sm_90", "fp8_block128", 28, 11, 4096) == [28]
+    assert kernels.launch_token_parts("sm_90", "fp8_block128", 28, 11, 4096, 256) == [28]
     # each part appears in the plan the logs print
     monkeypatch.delenv("SMALLM_KERNEL_VARIANT")
     monkeypatch.delenv("SMALLM_MMA_SPLIT_TOKENS")

@@ -70,7 +70,7 @@ def test_every_switch_the_launcher_reads_is_documented():
 def env(monkeypatch):
     for name in ("SMALLM_KERNEL_VARIANT", "SMALLM_MMA", "SMALLM_MMA_DOWN", "SMALLM_GATEUP_TEAMS", "SMALLM_DOWN_TEAMS",
                  "SMALLM_DOWN_LO8", "SMALLM_DOWN_RING", "SMALLM_MMA_SPLIT", "SMALLM_MMA_SPLIT_TOKENS",
-                 "SMALLM_GATEUP_TMA"):
+                 "SMALLM_GATEUP_TMA", "SMALLM_MMA_SPLIT_DOWN"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -137,7 +137,7 @@ def test_h200_mxfp4_plan(env, T, K, I, expect):
     assert expect in kernels.kernel_plan("sm_90", "mxfp4", T, K, 4096, I)
 
 
-def test_down_stage_at_the_smallest_grid():
+def test_down_stage_at_the_smallest_grid(env):
     # Qwen3.5 TP4, 16 tokens on 132 SMs: 256 row-blocks over 132 blocks, 2 per block
     assert kernels.down_mma_smem_at("fp8", 176, 256, 4096, 132, 2) == 176 * 16 * 2 * 4 + 2 * 176 * 4 + 176 * 264 * 4
     # MXFP4's lo rows from 180 (the least >= 176 that is 4 mod 8): 4 rows more
@@ -148,7 +148,11 @@ def test_down_stage_at_the_smallest_grid():
     assert kernels.down_mma_smem_at("fp8", 176, 256, 4096, 114, 2) == kernels.down_mma_smem_at("fp8", 176, 256, 4096, 132, 2)
     # 32 SMs, 16 pairs: y of 8 row-blocks per block (8192 B) fits 32 KB as it is
     assert kernels.down_mma_smem_at("fp8", 16, 256, 4096, 32, 2) == 16 * 16 * 8 * 4 + 2 * 16 * 4 + 16 * 264 * 4
-    # an I the MMA chunks take whose stage cannot fit at any grid: CUDA cores, with the bytes
+    # an I the MMA chunks take whose stage cannot fit at 20 tokens: the down-fit split (two calls of 10), or with
+    # it off CUDA cores, with the bytes
+    assert kernels.kernel_plan("sm_90", "mxfp4", 20, 8, 4096, 512, sms=132).startswith(
+        "2 calls of at most 10 tokens (the down's staged h and y at 20 tokens would not fit a block)")
+    env.setenv("SMALLM_MMA_SPLIT_DOWN", "0")
     assert ("down on CUDA cores (its staged h and y take 267520 B even with h's lo half as e5m2, over the 211968 B "
             "of a block)") in kernels.kernel_plan("sm_90", "mxfp4", 20, 8, 4096, 512, sms=132)  # 160 * 512 * 3 B of h alone
 
@@ -204,8 +208,11 @@ def test_down_lo_half(env):
         "sm_90", "mxfp4", 17, 11, 4096, 256, sms=132)
     env.setenv("SMALLM_DOWN_LO8", "0")
     assert plan(16).endswith("(2 teams per block: 176 pairs >= 22 at I=256)")  # f16 wherever it fits
+    assert plan(17).startswith("2 calls of at most 9 tokens (the down's staged h and y at 17 tokens would not fit")
+    env.setenv("SMALLM_MMA_SPLIT_DOWN", "0")
     assert plan(17).endswith("down on CUDA cores (its staged h and y take 222912 B with h's lo half as f16, over "
                              "the 211968 B of a block: SMALLM_DOWN_LO8=0)")
+    env.delenv("SMALLM_MMA_SPLIT_DOWN")
     env.setenv("SMALLM_DOWN_LO8", "1")
     assert plan(1).endswith("down on tensor cores, h's lo half as e5m2 (SMALLM_DOWN_LO8=1)")
 
@@ -310,19 +317,24 @@ def _down_fits(fmt, T, K, D, I):
 @pytest.mark.parametrize("D, I, K", [(2048, 256, 10), (2048, 384, 10), (2048, 512, 10), (4096, 384, 11),
                                      (4096, 256, 11), (4096, 128, 11), (4096, 256, 8)])
 def test_split_down_switch(env, fmt, D, I, K):
-    """SMALLM_MMA_SPLIT_DOWN=1 (A/B runs): a tensor-core call whose down's staged h and y would not fit a
-    block runs as the fewest calls whose downs do, of ceil(T / calls) tokens but the last (D = 2048, I = 256,
-    top-10: 26 tokens -> 13 + 13), on top of the x/pairs split; the down then never runs on CUDA cores where a part of one token
-    would fit (from 33 tokens there the pairs already split the call into parts that fit). Off (unset, or 0) the
-    launcher splits as before; the Qwen3.5 shapes (D = 4096, I <= 256) split
-    the same either way at every count to 48."""
-    parts_off = {T: kernels.launch_token_parts("sm_90", fmt, T, K, D, I, sms=132) for T in range(1, 49)}
+    """The down-fit split (on by default; SMALLM_MMA_SPLIT_DOWN=0 turns it off for A/B runs): a tensor-core
+    call whose down's staged h and y would not fit a block runs as the fewest calls whose downs do, of
+    ceil(T / calls) tokens but the last (D = 2048, I = 256, top-10: 26 tokens -> 13 + 13), on top of the
+    x/pairs split; the down then never runs on CUDA cores where a part of one token would fit (from 33
+    tokens there the pairs already split the call into parts that fit). Off, the launcher splits by x and
+    the pairs alone; unset, empty or 1 is on (the launcher's env_switch_on); the Qwen3.5 shapes (D = 4096,
+    I <= 256) split the same either way at every count to 48."""
     env.setenv("SMALLM_MMA_SPLIT_DOWN", "0")
-    assert {T: kernels.launch_token_parts("sm_90", fmt, T, K, D, I, sms=132) for T in range(1, 49)} == parts_off
-    env.setenv("SMALLM_MMA_SPLIT_DOWN", "1")
+    parts_off = {T: kernels.launch_token_parts("sm_90", fmt, T, K, D, I, sms=132) for T in range(1, 49)}
+    env.delenv("SMALLM_MMA_SPLIT_DOWN")
+    parts_on = {T: kernels.launch_token_parts("sm_90", fmt, T, K, D, I, sms=132) for T in range(1, 49)}
+    for value in ("", "1"):
+        env.setenv("SMALLM_MMA_SPLIT_DOWN", value)
+        assert {T: kernels.launch_token_parts("sm_90", fmt, T, K, D, I, sms=132) for T in range(1, 49)} == parts_on
+    env.delenv("SMALLM_MMA_SPLIT_DOWN")
     changed = []
     for T in range(1, 49):
-        parts = kernels.launch_token_parts("sm_90", fmt, T, K, D, I, sms=132)
+        parts = parts_on[T]
         assert sum(parts) == T and set(parts[:-1]) <= {parts[0]} and parts[-1] <= parts[0], (T, parts)
         assert len(parts) >= len(parts_off[T])
         if parts != parts_off[T]:
@@ -333,23 +345,22 @@ def test_split_down_switch(env, fmt, D, I, K):
             assert not _down_fits(fmt, fewer, K, D, I), (T, parts)
             plan = kernels.kernel_plan("sm_90", fmt, T, K, D, I, sms=132)
             assert plan.startswith(f"{len(parts)} calls of at most {max(parts)} tokens (") and (
-                f"SMALLM_MMA_SPLIT_DOWN=1: the down's staged h and y at {max(parts_off[T])} tokens would not fit "
-                "a block") in plan, plan
+                f"the down's staged h and y at {max(parts_off[T])} tokens would not fit a block") in plan, plan
             assert "down on CUDA cores" not in plan, plan
         elif _down_fits(fmt, 1, K, D, I):
             assert all(_down_fits(fmt, p, K, D, I) for p in parts), (T, parts)
     if D == 4096 and I <= 256:
         assert changed == []  # the Qwen3.5 shapes (and top-8 at I = 256)
     if (D, I) == (2048, 256):
-        assert changed == list(range(26, 33)) and kernels.launch_token_parts("sm_90", fmt, 26, K, D, I, sms=132) == [13, 13]
-    with pytest.raises(ValueError, match="depends on I"):
-        kernels.launch_token_parts("sm_90", fmt, 28, K, D)
+        assert changed == list(range(26, 33)) and parts_on[26] == [13, 13] and parts_off[26] == [26]
+        env.setenv("SMALLM_MMA_SPLIT_DOWN", "0")
+        assert "down on CUDA cores" in kernels.kernel_plan("sm_90", fmt, 26, K, D, I, sms=132)
 
 
 def test_split_down_rule_matches_the_launcher():
     """down_fit_part's mirror reads like the launcher's: the part kept where its down fits, else the most
-    tokens that fit found downwards, then near-equal parts; the switch read as env_int == 1, and only where
-    the down may take tensor cores."""
+    tokens that fit found downwards, then near-equal parts; the switch on unless it starts with 0
+    (env_switch_on), and only where the down may take tensor cores."""
     text = (HIP / "smallm_moe.hip").read_text()
     body = text[text.index("int down_fit_part(const smallm::MoeArgs& a, int part) {"):]
     body = body[:body.index("\n}")]
@@ -357,7 +368,8 @@ def test_split_down_rule_matches_the_launcher():
                  "if (down_mma_lo_bytes<Fmt>(b)) return part;", "while (b.T > 1) {",
                  "const int parts = (a.T + b.T - 1) / b.T;", "return (a.T + parts - 1) / parts;"):
         assert line in body, line
-    assert 'static const bool split_down = env_int("SMALLM_MMA_SPLIT_DOWN", 0) == 1;' in text
+    assert 'static const bool split_down = env_switch_on("SMALLM_MMA_SPLIT_DOWN");' in text
+    assert "bool env_switch_on(const char* name) {\n  const char* v = getenv(name);\n  return !(v && v[0] == '0');" in text
     assert "if (split_down && mma_down && part > 0) part = down_fit_part<Fmt>(a, part);" in text
 
 
