@@ -120,8 +120,10 @@ MMA_SPLIT_TOKENS = Switch("SMALLM_MMA_SPLIT_TOKENS", "",
 MMA_SPLIT_DOWN = Switch("SMALLM_MMA_SPLIT_DOWN", "1",
                         "A/B switch (CUDA, variant 5): 0 runs a tensor-core call whose down's staged h and y would not fit "
                         "a block (D=2048, I=256, top-10 from 26 tokens on the H200) with that down on CUDA cores, instead "
-                        "of as calls of fewer tokens whose down does (26-27 % slower at 26-32 tokens, \"h200-s46\" run 1; "
-                        "the gate's caps send no such call to the kernel)", accepts=ZERO_ONE)
+                        "of as calls of fewer tokens whose down does (26-27 % slower at 26-32 tokens, \"h200-s46\" run 1; 21-79 "
+                        "% slower in every cell of run 2 it changes). Inside the H200's FP8 caps only calls with 16 slots "
+                        "take the split (e.g. D=4096, I=256 at 15-20 tokens); MXFP4 calls (kernel-only on CUDA) from as "
+                        "few as 8 tokens, by shape", accepts=ZERO_ONE)
 GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     "experiment (CUDA sm_90a, FP8 row-major, tensor-core calls): 1 runs the gate/up as TMA tiles of W13 "
                     "on wgmma (hip/smallm_gateup_tma.h: up to 20 tokens and 320 token-slot pairs, D a multiple of 512), "
