@@ -297,17 +297,12 @@ def down_fit_part(fmt: str, T: int, K: int, D: int, I: int, sms: int, part: int)
     return part
 
 
-def _atoi_setting(switch) -> int:
-    """A switch as the launcher's env_int reads it (atoi: a leading integer, else 0)."""
-    m = re.match(r"\s*[+-]?\d+", switch.get())
-    return int(m.group(0)) if m else 0
-
-
 def _split_tokens_setting() -> int:
-    """SMALLM_MMA_SPLIT_TOKENS as the launcher reads it."""
+    """SMALLM_MMA_SPLIT_TOKENS as the launcher reads it (atoi: a leading integer, else 0)."""
     from . import envs
 
-    return _atoi_setting(envs.MMA_SPLIT_TOKENS)
+    m = re.match(r"\s*[+-]?\d+", envs.MMA_SPLIT_TOKENS.get())
+    return int(m.group(0)) if m else 0
 
 
 def _split_down_on() -> bool:
