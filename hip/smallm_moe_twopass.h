@@ -751,8 +751,9 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   // 12.0 -> 11.5 us, 8: 51.8 -> 45.8, 20: 102.2 -> 87.4), I = 128 level at 1 token, 4-13 % faster from 2
   // (20: 58.2 -> 50.5). MXFP4 in two-team blocks with kJ = 8 (D > 4096, from 7 tokens at MiniMax-M3's
   // D = 6144) likewise: 8-24 tokens 7-8 % faster (8: 67.5 -> 62.7 us, 24: 187.1 -> 175.1), 4 tokens (one
-  // team) level, two rounds each ("h200-s46" run 3). The shuffled kernels and MXFP4's one-team kJ = 8
-  // loop still wait for the next job's loads (not measured since); they keep the plain loop.
+  // team) level, two rounds each ("h200-s46" run 3). The shuffled kernels (not measured since) and MXFP4's
+  // one-team kJ = 8 loop still wait for the next job's loads: settled, that loop was 4 % slower at 1 token
+  // and 2-2.5 % faster at 4-6 (MiniMax-M3-like, "h200-s47" run 1), so it keeps the plain loop.
   constexpr bool kSettle = Layout == kRowMajor && (kJ == 4 || (kTeams == 2 && kJ == 8));
   auto stage_x = [&] {  // block-wide barriers (both teams)
     stage_x_finish<kFp4, kBlockThreads>(a, xs, xmax, &S.xbar);

@@ -27,6 +27,7 @@ class Cap:
     tokens: int
     source: str
     hidden_max: Optional[int] = None  # applies when D <= hidden_max (None: any D)
+    slots_max: Optional[int] = None   # applies when K <= slots_max (None: any K)
 
 
 # Token caps: the largest token count sent to the kernel. Order matters: first match wins.
@@ -42,7 +43,8 @@ CAPS: Sequence[Cap] = (
     # faster at every count up to 28 ("h200-ab14" run 1: 20: 173.3 vs 191.2 us, 21: 176.7 vs 192.5,
     # 24: 196.7 vs 212.4, 26: 211.6 vs 233.3, 28: 233.7 vs 241.5, and 226.3 in run 3 with the tensor-core
     # kernels' smaller routing; "h200-ab15" run 6: 236.0 vs 243.5, run 5 level), level at 29-31 (run 4:
-    # within 0.5 %) and slower at 32 (263.8 vs 258.1; run 4: 267.1 vs 260.8): the cap is 28.
+    # within 0.5 %) and slower at 32 (263.8 vs 258.1; run 4: 267.1 vs 260.8): the cap was 28 (since "h200-s47",
+    # against SGLang's own FusedMoE, 33 at up to 11 slots; below).
     # With I=128 faster at every count measured up to 41 ("h200-ab8" runs 4-5: 100.6 vs 139.4 at 20,
     # 117.7 vs 143.4 at 21, 162.1 vs 183.8 at 32, 200.6 vs 219.6 at 40 (two calls of 20), 217.7 vs 224.8
     # at 41 (three calls)) and level at 44 and 48 (229.2 vs 229.9, 241.4 vs 242.8): the cap is 40, the
@@ -84,8 +86,22 @@ CAPS: Sequence[Cap] = (
     Cap("sm_90", FP8_BLOCK128, 128, 48, "H200 vs SGLang's layer measured 2026-12-04 (split calls above 20; faster "
         "at 1-48 tokens, more not measured)", hidden_max=4096),
     Cap("sm_90", FP8_BLOCK128, 128, 20, "H200: measured up to 20 tokens; the split calls above were measured at D=4096 only"),
-    Cap("sm_90", FP8_BLOCK128, 256, 28, "H200 crossover vs SGLang Triton measured 2026-12-01 (split calls above 20; "
-        "slower from 32)", hidden_max=4096),
+    # I=256 at D=4096 (Qwen3.5 TP4, top-11) past 28 against SGLang's own FusedMoE ("h200-s47", us kernel vs
+    # fallback; runs 1-3 three jobs on one machine, run 4 one job on another, with the peer): 28: 217.8 vs
+    # 245.6, 217.9 vs 245.5 and 218.9 vs 245.2, 29: 228.7 vs 249.2 and 230.1 vs 252.1, 30: 236.5 vs 253.2,
+    # 235.6 vs 250.7 and 238.2 vs 253.2, 31: 240.1 vs 254.8, 32: 248.4 vs 261.7, 248.1 vs 261.7 and 252.8 vs
+    # 261.8, 33: 256.9 vs 266.0 and 257.1 vs 264.8, 34: 265.2 vs 270.4 and 265.4 vs 270.1 but 271.4 vs 270.4
+    # in run 4 (0.4 % slower; the peer as shipped there 271.7, level). Past 34 faster again in every job to 38
+    # (36: 1.1-1.7 %; 38, two calls of 19: 2-5 %) and slower from 39 (20 + 19: a call of 20 passes the
+    # gate/up's carveout step; 309.8 vs 304.4). Against the peer in run 4: 28: 218.9 vs 243.7, 30: 238.2 vs
+    # 254.3, 32: 252.8 vs 259.0, 34: 271.4 vs 271.7. The cap is 33 at up to 11 slots, the last count of the
+    # run every job found faster; it was 28, set against the peer on the kernels of 2026-12-01 ("slower from
+    # 32" then). More slots split sooner (320 pairs a call, the down's stage) and were not measured past 20:
+    # they keep 28.
+    Cap("sm_90", FP8_BLOCK128, 256, 33, "H200 vs SGLang's layer measured 2026-12-04 at top-11 (split calls above 20; "
+        "faster at 1-33 tokens, level to 0.4 % slower at 34 in one of three jobs)", hidden_max=4096, slots_max=11),
+    Cap("sm_90", FP8_BLOCK128, 256, 28, "H200 crossover vs SGLang Triton measured 2026-12-01 at top-11 (split calls "
+        "above 20; slower from 32); more than 11 slots not measured past 20", hidden_max=4096),
     Cap("sm_90", FP8_BLOCK128, 256, 20, "H200: measured up to 20 tokens; the split calls above were measured at D=4096 only"),
     # I=384 (Qwen3-235B-like at TP4): measured at D=4096, E=513, top-11 against the peer at I=384. With the
     # down's jobs split along I on tensor cores (since the fortieth session; "h200-s40" runs 1 and 3, us
@@ -113,11 +129,12 @@ SUPPORTED_ARCHS = ("gfx950", "sm_90")
 
 def token_cap(arch: str, weight_format: str, inter: int, top_k: int, hidden: Optional[int] = None) -> tuple:
     """-> (cap, source). The kernel's pair limit bounds every cap. A row with hidden_max applies only
-    where the hidden size is given and within it."""
+    where the hidden size is given and within it; one with slots_max only up to that many slots."""
     hard = MAX_PAIRS // max(top_k, 1)
     for c in CAPS:
         if (arch.startswith(c.arch) and c.weight_format == weight_format and (c.inter_max is None or inter <= c.inter_max)
-                and (c.hidden_max is None or (hidden is not None and hidden <= c.hidden_max))):
+                and (c.hidden_max is None or (hidden is not None and hidden <= c.hidden_max))
+                and (c.slots_max is None or top_k <= c.slots_max)):
             return min(c.tokens, hard), c.source
     return 0, f"no cap entry for {arch}/{weight_format}"
 

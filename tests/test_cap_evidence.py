@@ -1,15 +1,18 @@
 """The H200 caps set against SGLang's own FusedMoE agree with the runs they cite: `bench`'s rows with the
 fallback column (kernel and fallback timed in one job, examples/results "h200-s43" runs 2-4, "h200-s44"
-runs 2-4 and "h200-s46" runs 1-2) are read back, and for every shape measured there the gate's cap sends the kernel only token
+runs 2-4, "h200-s46" runs 1-2 and "h200-s47" runs 1-4) are read back, and for every shape measured there the gate's cap sends the kernel only token
 counts where it was faster, and (for the caps those runs set) stops at the last count of the unbroken
 faster run from 1 token.
 
 The kernels changed between the two sessions at D <= 2048 (the gate/up's kSettle, the down's teams), so
-for a shape and token count the latest session that timed it is the evidence; the runs of one session
-must agree. Where the latest session did not time a count (D = 2048, I = 256 below 20), the earlier one
+for a shape and token count the latest session that timed it is the evidence, and at every count a cap
+sends the kernel each of that session's runs must have found it faster. Where the latest session did not time a count (D = 2048, I = 256 below 20), the earlier one
 stands: the later kernels were only faster there ("h200-s44" run 1), against the same fallback. "h200-s46"
 timed D = 2048, I = 256 at 20-32 (run 1, the down on CUDA cores from 26) and 20-26 (run 2, the down-fit
-split from 26): both faster to 25, slower from 26."""
+split from 26): both faster to 25, slower from 26. "h200-s47" timed Qwen3.5 TP4 (I = 256, top-11) at 28-44 in
+four jobs on two machines: faster to 33 in every job, 0.4 % slower at 34 in one, faster again at 35-38, slower
+from 39; its lower counts stand from "h200-s43"/"h200-s44". Above a cap the jobs may disagree (the cap stops
+before the first count that any job found slower); at and below it they may not."""
 
 import csv
 import json
@@ -22,10 +25,11 @@ from sglang_smallm_plugin.shapes import shape_by_name
 
 RESULTS = pathlib.Path(__file__).resolve().parents[1] / "examples" / "results"
 # oldest session first
-SESSIONS = (("h200-s43", ("run2", "run3", "run4")), ("h200-s44", ("run2", "run3", "run4")), ("h200-s46", ("run1", "run2")))
+SESSIONS = (("h200-s43", ("run2", "run3", "run4")), ("h200-s44", ("run2", "run3", "run4")), ("h200-s46", ("run1", "run2")),
+            ("h200-s47", ("run1", "run2", "run3", "run4")))
 # shapes whose H200 cap those runs set (gate.CAPS: "vs SGLang's layer measured 2026-12-04")
 SET_HERE = {"D4096-E513-K11-I512-S1", "D2048-E513-K10-I512-S1", "D2048-E513-K10-I384-S1", "D2048-E513-K10-I256-S1",
-            "D2048-E513-K10-I128-S1", "qwen35-tp8"}
+            "D2048-E513-K10-I128-S1", "qwen35-tp8", "qwen35-tp4"}
 
 
 def _rows(folder):
@@ -63,6 +67,7 @@ def test_the_runs_are_there():
     assert {12, 13} <= set(TIMED["D2048-E513-K10-I384-S1"])  # from the CSV of "h200-s44" run 3
     assert {41, 44, 48} <= set(TIMED["qwen35-tp8"])
     assert set(range(20, 27)) <= set(TIMED["D2048-E513-K10-I256-S1"])  # "h200-s46" runs 1-2
+    assert set(range(28, 41)) <= set(TIMED["qwen35-tp4"])  # "h200-s47" runs 1-4
 
 
 @pytest.mark.parametrize("name", sorted(TIMED))
@@ -70,10 +75,8 @@ def test_cap_sends_the_kernel_only_where_it_was_faster(name):
     shape = shape_by_name(name)
     cap = gate.shape_cap("sm_90", "fp8_block128", shape)
     for t, pairs in sorted(TIMED[name].items()):
-        faster = {k < f for k, f in pairs}
-        assert len(faster) == 1, f"{name} T={t}: the runs disagree on which is faster: {pairs}"
         if t <= cap:
-            assert faster == {True}, f"{name}: cap {cap} sends T={t} to the kernel, measured slower: {pairs}"
+            assert all(k < f for k, f in pairs), f"{name}: cap {cap} sends T={t} to the kernel, measured slower: {pairs}"
 
 
 @pytest.mark.parametrize("name", sorted(SET_HERE))

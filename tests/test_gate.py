@@ -155,7 +155,12 @@ def test_mi355x_default_caps():
     assert gate.token_cap("gfx950", "fp8_block128", 128, 11)[0] == 48
     assert gate.token_cap("gfx950", "mxfp4", 256, 11)[0] == 40
     assert gate.token_cap("gfx942", "fp8_block128", 256, 11)[0] == 0
-    assert gate.token_cap("sm_90", "fp8_block128", 256, 11, 4096)[0] == 28  # H200: split calls, faster than the peer to 28
+    # H200: split calls, faster than SGLang's layer to 33 at top-11 ("h200-s47" runs 1-4), level at 34
+    cap, source = gate.token_cap("sm_90", "fp8_block128", 256, 11, 4096)
+    assert cap == 33 and "top-11" in source and "at 34" in source
+    assert gate.token_cap("sm_90", "fp8_block128", 256, 8, 4096)[0] == 33
+    # more slots split sooner and were not measured past 20: the peer's 28 of before
+    assert gate.token_cap("sm_90", "fp8_block128", 256, 16, 4096)[0] == 28
     cap, source = gate.token_cap("sm_90", "fp8_block128", 256, 11, 8192)
     assert cap == 20 and "measured at D=4096 only" in source
     assert gate.token_cap("sm_90", "fp8_block128", 256, 11)[0] == 20  # hidden size not given
@@ -203,7 +208,7 @@ def test_selftest_tokens_include_the_device_cap():
     from sglang_smallm_plugin.shapes import SHAPES
 
     tp4, tp8 = SHAPES["qwen35-tp4"], SHAPES["qwen35-tp8"]
-    assert selftest.default_tokens(tp4, "fp8_block128", "sm_90") == [1, 3, 8, 28]
+    assert selftest.default_tokens(tp4, "fp8_block128", "sm_90") == [1, 3, 8, 33]
     assert selftest.default_tokens(tp8, "fp8_block128", "sm_90") == [1, 3, 8, 48]
     assert selftest.default_tokens(tp4, "fp8_block128", "gfx950") == [1, 3, 8, 20]
     assert selftest.default_tokens(tp8, "mxfp4", "gfx950") == [1, 3, 8, 40]
