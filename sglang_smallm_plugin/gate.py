@@ -71,6 +71,13 @@ CAPS: Sequence[Cap] = (
     # 117.9 (6 %): the cap is 25. From 26 the down's stage no longer fits a block: on CUDA cores 163.1 vs
     # 120.8 (run 1), as two calls of 13 (the down-fit split, the default since) 129.3 vs 120.6 (run 2),
     # still 7 % slower.
+    # D=2048, I=128 past 40 ("h200-s47" runs 5-6, two jobs on one machine; x's stage holds 40 tokens at D=2048,
+    # so from 41 the call runs as two tensor-core calls): 41: 102.8 vs 115.1, 44: 110.6 vs 123.1, 48: 115.7 vs
+    # 128.6, 50: 122.2 vs 131.4, 52: 127.8 vs 134.9, 56: 133.1 vs 137.9, 58: 138.8 vs 141.1, 60: 140.6 vs
+    # 141.7 and 140.9 vs 141.3 (level: 0.3-0.8 %), 64: 153.6 vs 144.3 (6 % slower), 69: 168.8 vs 146.8. The cap is
+    # 60 at up to 10 slots (the end of the run every job found faster); more slots keep 40.
+    Cap("sm_90", FP8_BLOCK128, 128, 60, "H200 vs SGLang's layer measured 2026-12-04 at D=2048, top-10 (split calls "
+        "above 40; faster at 1-58 tokens, by 0.3-0.8 % at 60, slower at 64)", hidden_max=2048, slots_max=10),
     Cap("sm_90", FP8_BLOCK128, 128, 40, "H200 vs SGLang's layer measured 2026-12-04 at D=2048 (faster at 1-40 tokens; "
         "more not measured)", hidden_max=2048),
     Cap("sm_90", FP8_BLOCK128, 256, 25, "H200 vs SGLang's layer measured 2026-12-04 at D=2048 (faster at 1-25 tokens, "
@@ -83,6 +90,15 @@ CAPS: Sequence[Cap] = (
     # fallback): 36: 153.7 vs 200.3 and 152.9 vs 200.6, 40: 174.0 vs 224.3 and 173.1 vs 223.7, 41: 180.9
     # vs 225.2, 44: 191.6 vs 231.4 and 192.0 vs 231.3, 48: 203.4 vs 243.1 (16 %). The cap is 48 (more not
     # measured); it was 40, set against the peer on the kernels of 2026-12-01 (level at 44 and 48 then).
+    # Past 48 ("h200-s47" runs 5-6, two jobs on one machine; from 41 three calls, from 61 four): 48: 201.4 vs
+    # 242.3, 49: 212.2 vs 244.6, 52: 222.3 vs 251.9, 56: 237.1 vs 256.8 and 235.4 vs 257.1, 58: 249.6 vs 262.6,
+    # 60: 257.0 vs 265.2 and 256.6 vs 265.0, 61: 260.5 vs 267.1, 62: 266.1 vs 268.6, 63: 268.6 vs 270.0
+    # (0.5 %), 64: 271.3 vs 270.7 and 271.3 vs 271.0 (level, 0.1-0.2 % slower), 69: 294.8 vs 276.0. On another
+    # machine (run 7, whose fallback column is clean only to 60): 58: 246.0 vs 261.8, 60: 254.3 vs 264.1.
+    # The cap is 63 at up to 11 slots (the end of the run every job found faster; 61-63 by 0.5-2.5 %, one
+    # job); more slots keep 48 (16 slots are held there by the kernel's 768 pairs anyway).
+    Cap("sm_90", FP8_BLOCK128, 128, 63, "H200 vs SGLang's layer measured 2026-12-04 at top-11 (split calls above 20; "
+        "faster at 1-63 tokens, level at 64)", hidden_max=4096, slots_max=11),
     Cap("sm_90", FP8_BLOCK128, 128, 48, "H200 vs SGLang's layer measured 2026-12-04 (split calls above 20; faster "
         "at 1-48 tokens, more not measured)", hidden_max=4096),
     Cap("sm_90", FP8_BLOCK128, 128, 20, "H200: measured up to 20 tokens; the split calls above were measured at D=4096 only"),

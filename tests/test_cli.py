@@ -46,14 +46,16 @@ def test_doctor_decision_table_for_other_shapes():
 
 
 def test_doctor_names_the_kernels_per_token_count():
-    r = _cli("doctor", "--inter", "128", "--arch", "sm_90", "--tokens", "20,40,48,49")
+    r = _cli("doctor", "--inter", "128", "--arch", "sm_90", "--tokens", "20,40,48,63,64")
     assert "tokens=20 " in r.stdout and "runs two-pass (variant 5): gate/up on tensor cores (2 teams per block" in r.stdout
     assert "shared-memory carveout), down on tensor cores (2 teams per block: 220 pairs >= 22 at I=128)" in r.stdout
-    assert "tokens=40                    kernel    40 tokens <= cap 48" in r.stdout
+    assert "tokens=40                    kernel    40 tokens <= cap 63" in r.stdout
     assert "runs 2 calls of at most 20 tokens (x as f16 is 327680 B, over the 163840 B stage), each two-pass" in r.stdout
-    assert "tokens=48                    kernel    48 tokens <= cap 48" in r.stdout
+    assert "tokens=48                    kernel    48 tokens <= cap 63" in r.stdout
     assert "runs 3 calls of at most 16 tokens (x as f16 is 393216 B, over the 163840 B stage)" in r.stdout
-    assert "tokens=49                    fallback  tokens: 49 tokens > cap 48" in r.stdout
+    assert "tokens=63                    kernel    63 tokens <= cap 63" in r.stdout
+    assert "runs 4 calls of at most 16 tokens" in r.stdout
+    assert "tokens=64                    fallback  tokens: 64 tokens > cap 63" in r.stdout
 
 
 def test_doctor_plans_for_the_given_layout():

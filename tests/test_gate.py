@@ -164,16 +164,19 @@ def test_mi355x_default_caps():
     cap, source = gate.token_cap("sm_90", "fp8_block128", 256, 11, 8192)
     assert cap == 20 and "measured at D=4096 only" in source
     assert gate.token_cap("sm_90", "fp8_block128", 256, 11)[0] == 20  # hidden size not given
-    # split calls, faster than SGLang's layer to 48 ("h200-s44" runs 3-4; the peer's 40 before)
-    assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 4096)[0] == 48
+    # split calls, faster than SGLang's layer to 63 at top-11 ("h200-s47" runs 5-6; 48 before, the peer's 40
+    # before that); more slots keep 48
+    assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 4096)[0] == 63
+    assert gate.token_cap("sm_90", "fp8_block128", 128, 12, 4096)[0] == 48
     # D <= 2048 against SGLang's layer ("h200-s43", "h200-s44" runs 2-3): the kernel is further from its floor there
-    assert gate.token_cap("sm_90", "fp8_block128", 128, 10, 2048)[0] == 40
+    assert gate.token_cap("sm_90", "fp8_block128", 128, 10, 2048)[0] == 60  # top-10, "h200-s47" runs 5-6
+    assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 2048)[0] == 40  # more slots: not measured past 40
     cap, source = gate.token_cap("sm_90", "fp8_block128", 256, 10, 2048)
     assert cap == 25 and "D=2048" in source and "slower at 26" in source  # "h200-s46" runs 1-2
     assert gate.token_cap("sm_90", "fp8_block128", 512, 10, 2048)[0] == 1
     assert gate.token_cap("sm_90", "fp8_block128", 384, 10, 2048)[0] == 12  # its own row since "h200-s44" run 3
-    assert gate.token_cap("sm_90", "fp8_block128", 128, 10, 1024)[0] == 40
-    assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 3072)[0] == 48  # D=4096's rows above 2048
+    assert gate.token_cap("sm_90", "fp8_block128", 128, 10, 1024)[0] == 60
+    assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 3072)[0] == 63  # D=4096's rows above 2048
     # the split was measured at D=4096 only: wider (or unknown) hidden sizes keep the cap measured before it
     cap, source = gate.token_cap("sm_90", "fp8_block128", 128, 11, 8192)
     assert cap == 20 and "measured at D=4096 only" in source
@@ -209,7 +212,7 @@ def test_selftest_tokens_include_the_device_cap():
 
     tp4, tp8 = SHAPES["qwen35-tp4"], SHAPES["qwen35-tp8"]
     assert selftest.default_tokens(tp4, "fp8_block128", "sm_90") == [1, 3, 8, 33]
-    assert selftest.default_tokens(tp8, "fp8_block128", "sm_90") == [1, 3, 8, 48]
+    assert selftest.default_tokens(tp8, "fp8_block128", "sm_90") == [1, 3, 8, 63]
     assert selftest.default_tokens(tp4, "fp8_block128", "gfx950") == [1, 3, 8, 20]
     assert selftest.default_tokens(tp8, "mxfp4", "gfx950") == [1, 3, 8, 40]
     assert selftest.default_tokens(SHAPES["minimax-m3"], "fp8_block128", "sm_90") == [1, 3, 8, 48]  # cap 0: unmeasured
