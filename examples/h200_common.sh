@@ -26,9 +26,12 @@ bench_formats() {  # bench_formats SUFFIX FP8_TOKENS MXFP4_TOKENS [VAR=value...]
   local sfx=$1 ft=$2 mt=$3; shift 3
   local B="--shapes ${BENCH_SHAPES:-qwen35-tp4,qwen35-tp8} --layouts row_major"
   [ "${BENCH_FALLBACK:-0}" = 1 ] || B="$B --no-fallback"
-  [ -n "$ft" ] && timeout 240 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_fp8_block128$sfx" $B --tokens "$ft" \
+  # --foreground: the bench stays in the job's process group, so a timeout around the whole job (the device
+  # command's) stops it too; a plain inner timeout makes its own group, and "h200-s47" run 7's bench went on
+  # timing into the next job after the job around it had been stopped
+  [ -n "$ft" ] && timeout --foreground 240 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_fp8_block128$sfx" $B --tokens "$ft" \
     --formats fp8_block128 > "$OUT/bench_fp8_block128$sfx.log" 2>&1
-  [ -n "$mt" ] && timeout 200 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_mxfp4$sfx" $B --tokens "$mt" \
+  [ -n "$mt" ] && timeout --foreground 200 env "$@" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_mxfp4$sfx" $B --tokens "$mt" \
     --formats mxfp4 > "$OUT/bench_mxfp4$sfx.log" 2>&1
   return 0
 }
@@ -65,7 +68,7 @@ memcheck_stage() {  # memcheck_stage LOG LIMIT_S: with MEMCHECK=1, compute-sanit
 tests_stage() {  # with TESTS=1, the GPU test file (tests/test_kernel_gpu.py) within TESTS_TIMEOUT s (default 240)
   [ "${TESTS:-0}" = 1 ] || return 0
   stamp gpu-tests
-  timeout "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider "$R/tests/test_kernel_gpu.py" > "$OUT/gpu_pytest.log" 2>&1
+  timeout --foreground "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider "$R/tests/test_kernel_gpu.py" > "$OUT/gpu_pytest.log" 2>&1
   tail -1 "$OUT/gpu_pytest.log"
 }
 
