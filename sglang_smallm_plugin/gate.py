@@ -107,10 +107,10 @@ CAPS: Sequence[Cap] = (
     # 245.6, 217.9 vs 245.5 and 218.9 vs 245.2, 29: 228.7 vs 249.2 and 230.1 vs 252.1, 30: 236.5 vs 253.2,
     # 235.6 vs 250.7 and 238.2 vs 253.2, 31: 240.1 vs 254.8, 32: 248.4 vs 261.7, 248.1 vs 261.7 and 252.8 vs
     # 261.8, 33: 256.9 vs 266.0 and 257.1 vs 264.8, 34: 265.2 vs 270.4 and 265.4 vs 270.1 but 271.4 vs 270.4
-    # in run 4 (0.4 % slower; the peer as shipped there 271.7, level). Past 34 faster again in every job to 38
+    # in run 4 (0.4 % slower; the peer as shipped there 269.8, with SGLang's JIT helpers). Past 34 faster again in every job to 38
     # (36: 1.1-1.7 %; 38, two calls of 19: 2-5 %) and slower from 39 (20 + 19: a call of 20 passes the
-    # gate/up's carveout step; 309.8 vs 304.4). Against the peer in run 4: 28: 218.9 vs 243.7, 30: 238.2 vs
-    # 254.3, 32: 252.8 vs 259.0, 34: 271.4 vs 271.7. The cap is 33 at up to 11 slots, the last count of the
+    # gate/up's carveout step; 309.8 vs 304.4). Against the peer in run 4 (shipped, JIT helpers): 28: 218.9 vs 239.1, 30: 238.2 vs
+    # 252.0, 32: 252.8 vs 256.9, 34: 271.4 vs 269.8 (0.6 % slower). The cap is 33 at up to 11 slots, the last count of the
     # run every job found faster; it was 28, set against the peer on the kernels of 2026-12-01 ("slower from
     # 32" then). More slots split sooner (320 pairs a call, the down's stage) and were not measured past 20:
     # they keep 28.
