@@ -56,6 +56,12 @@ BUILD = Switch("SGLANG_SMALLM_BUILD", "auto",
 ARCH = Switch("SGLANG_SMALLM_ARCH", "", "override the build target (e.g. gfx950, gfx942, sm_90a)")
 LOG_ALL_RANKS = Switch("SGLANG_SMALLM_LOG_ALL_RANKS", "0", "1 logs path decisions on every rank, not only rank 0",
                        accepts=BOOL)
+MAX_TOKENS = Switch("SGLANG_SMALLM_MAX_TOKENS", "",
+                    "N lowers every token cap to N: the kernel takes calls of at most N tokens (0: none), the rest "
+                    "the fallback; it never raises a cap. The caps were measured against the Triton configurations "
+                    "SGLang ships; with a tuned configuration of your own for the fallback set it lower (on the H200 "
+                    "the kernel was faster than a tuned one up to 19 tokens at Qwen3.5 TP4, 24 at TP8, 8 at I=384)",
+                    accepts=COUNT)
 
 KERNEL_VARIANT = Switch("SMALLM_KERNEL_VARIANT", "",
                         "A/B switch (read once by the kernel launcher; kernels.VARIANTS lists them; doctor and selftest "
@@ -133,7 +139,7 @@ GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     "default). Not for serving: 2 was 0-23 % slower end to end, 3 1.8-2.9x slower, 1 over the 1e-3 "
                     "tolerance in the wide_scales edge case (examples/results \"h200-tma\")",
                     accepts=("0", "1", "2", "3"))
-ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, GATEUP_PDL, X_PREFETCH,
+ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, MAX_TOKENS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, GATEUP_PDL, X_PREFETCH,
        GATEUP_TEAMS, DOWN_TEAMS, GATEUP_PER_SM, DOWN_PER_SM, DOWN_LO8, DOWN_RING, MMA_SPLIT, MMA_SPLIT_TOKENS,
        MMA_SPLIT_DOWN, GATEUP_TMA)
 

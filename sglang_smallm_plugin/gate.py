@@ -10,6 +10,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from . import envs
 from .calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16, MoeCall
 
 # Limits compiled into the kernel (hip/smallm_args.h); keep in sync.
@@ -145,14 +146,24 @@ SUPPORTED_ARCHS = ("gfx950", "sm_90")
 
 def token_cap(arch: str, weight_format: str, inter: int, top_k: int, hidden: Optional[int] = None) -> tuple:
     """-> (cap, source). The kernel's pair limit bounds every cap. A row with hidden_max applies only
-    where the hidden size is given and within it; one with slots_max only up to that many slots."""
+    where the hidden size is given and within it; one with slots_max only up to that many slots.
+    SGLANG_SMALLM_MAX_TOKENS, where set below the cap, lowers it (user_limit)."""
     hard = MAX_PAIRS // max(top_k, 1)
     for c in CAPS:
         if (arch.startswith(c.arch) and c.weight_format == weight_format and (c.inter_max is None or inter <= c.inter_max)
                 and (c.hidden_max is None or (hidden is not None and hidden <= c.hidden_max))
                 and (c.slots_max is None or top_k <= c.slots_max)):
-            return min(c.tokens, hard), c.source
+            return user_limit(min(c.tokens, hard), c.source)
     return 0, f"no cap entry for {arch}/{weight_format}"
+
+
+def user_limit(cap: int, source: str) -> tuple:
+    """(cap, source) lowered to SGLANG_SMALLM_MAX_TOKENS where that is set (a whole number) and below cap.
+    A value it does not take is refused at startup (envs.check); here it leaves the cap as measured."""
+    v = envs.MAX_TOKENS.get().strip()
+    if v.isdigit() and int(v) < cap:
+        return int(v), f"{envs.MAX_TOKENS.name}={v}, under the measured cap {cap}: {source}"
+    return cap, source
 
 
 def call_cap(call: MoeCall, arch: str) -> tuple:

@@ -5,7 +5,7 @@ provider is shown an MI355X / H200 so that the gate itself, not the missing GPU,
 import pytest
 import torch
 
-from sglang_smallm_plugin import gate, kernels
+from sglang_smallm_plugin import envs, gate, kernels
 from sglang_smallm_plugin.providers import compiled
 from sglang_smallm_plugin.shapes import MoeShape
 
@@ -148,6 +148,37 @@ def test_cap_and_cap_plus_one(fake_gpu, real_objects):
         decision, _ = _decide(core, _with_tokens(dispatch, T), qi, core.config)
         assert decision.path == expect, (T, decision)
     assert "tokens:" in decision.reason and f"> cap {cap}" in decision.reason
+
+
+def test_max_tokens_lowers_the_cap_through_sglangs_runner(fake_gpu, real_objects, monkeypatch):
+    """SGLANG_SMALLM_MAX_TOKENS=N sends calls of more than N tokens to the fallback, naming itself and the
+    measured cap it lowered; N at or above the cap changes nothing (it never raises one); 0 sends every call."""
+    layer, core, dispatch, qi = real_objects
+    cap = gate.shape_cap(fake_gpu, "fp8_block128", SHAPE)
+    assert cap >= 3
+    monkeypatch.setenv("SGLANG_SMALLM_MAX_TOKENS", "2")
+    assert envs.problems() == []
+    for T, expect in ((2, "kernel:smallm-compiled"), (3, "fallback:triton")):
+        decision, _ = _decide(core, _with_tokens(dispatch, T), qi, core.config)
+        assert decision.path == expect, (T, decision)
+    assert f"tokens: 3 tokens > cap 2 (SGLANG_SMALLM_MAX_TOKENS=2, under the measured cap {cap}: " in decision.reason
+    monkeypatch.setenv("SGLANG_SMALLM_MAX_TOKENS", "0")
+    decision, _ = _decide(core, _with_tokens(dispatch, 1), qi, core.config)
+    assert decision.path == "fallback:triton" and "> cap 0 (SGLANG_SMALLM_MAX_TOKENS=0" in decision.reason
+    monkeypatch.setenv("SGLANG_SMALLM_MAX_TOKENS", str(cap + 100))
+    assert gate.shape_cap(fake_gpu, "fp8_block128", SHAPE) == cap
+    decision, _ = _decide(core, _with_tokens(dispatch, cap), qi, core.config)
+    assert decision.path == "kernel:smallm-compiled" and "SGLANG_SMALLM_MAX_TOKENS" not in decision.reason
+
+
+@pytest.mark.parametrize("value", ["-1", "twenty", "1.5"])
+def test_max_tokens_refuses_what_it_does_not_take(monkeypatch, value):
+    """A value that is not a whole number fails the startup check (the runner calls envs.check) with the
+    fix, and never changes a cap."""
+    monkeypatch.setenv("SGLANG_SMALLM_MAX_TOKENS", value)
+    with pytest.raises(ValueError, match="SGLANG_SMALLM_MAX_TOKENS=.* is not a value it takes"):
+        envs.check()
+    assert gate.token_cap("sm_90", "fp8_block128", 256, 11, 4096)[0] == 33
 
 
 def test_mi355x_default_caps():
