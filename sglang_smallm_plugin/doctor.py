@@ -70,6 +70,13 @@ def main(a) -> int:
     print(f"Gate decisions for D={a.hidden} I={a.inter} E={a.experts} K={a.top_k} {a.format} {a.layout} on {arch}"
           + ("" if a.arch or info.kind != "cpu" else " (no GPU here: showing MI355X)"))
     _line("token cap", f"{cap} ({cap_source})")
+    if a.format == "fp8_block128" and arch.startswith("sm_"):
+        from .sglang_integration.triton_configs import tuned_fallback_note, user_fp8_configs
+
+        own = user_fp8_configs(a.experts, a.inter)
+        _line("Triton fallback config", tuned_fallback_note(a.experts, a.inter, bool(envs.MAX_TOKENS.get().strip()))
+              or (f"yours: {own[0]} (SGLANG_SMALLM_MAX_TOKENS set)" if own else
+                  "the configurations SGLang ships (no SGLANG_MOE_CONFIG_DIR file for this E and N)"))
     for t, eligible, reason in gate.decision_table(arch, a.format, a.hidden, a.inter, a.experts, a.top_k, tokens):
         plan = (f"; runs {kernels.kernel_plan(arch, a.format, t, a.top_k, a.hidden, a.inter, layout=a.layout)}"
                 if eligible else "")

@@ -58,6 +58,25 @@ def test_doctor_names_the_kernels_per_token_count():
     assert "tokens=64                    fallback  tokens: 64 tokens > cap 63" in r.stdout
 
 
+def test_doctor_names_a_tuned_triton_config_of_the_users(tmp_path):
+    """With SGLANG_MOE_CONFIG_DIR holding a config for the shape, doctor names the file, says the caps were
+    measured against SGLang's own configurations and gives the fix; with SGLANG_SMALLM_MAX_TOKENS set, the
+    lowered cap and the file."""
+    name = "E=513,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
+    (tmp_path / "configs" / "triton_3_6_0").mkdir(parents=True)
+    (tmp_path / "configs" / "triton_3_6_0" / name).write_text("{}")
+    plain = _cli("doctor", "--arch", "sm_90", "--tokens", "8")
+    assert "Triton fallback config       the configurations SGLang ships" in plain.stdout
+    own = _cli("doctor", "--arch", "sm_90", "--tokens", "8", env={"SGLANG_MOE_CONFIG_DIR": str(tmp_path)})
+    assert "Triton fallback config       sglang-smallm: SGLang's Triton fallback for E=513 N=256 loads" in own.stdout
+    assert name in own.stdout and "Fix: set SGLANG_SMALLM_MAX_TOKENS" in own.stdout
+    lowered = _cli("doctor", "--arch", "sm_90", "--tokens", "8,20",
+                   env={"SGLANG_MOE_CONFIG_DIR": str(tmp_path), "SGLANG_SMALLM_MAX_TOKENS": "19"})
+    assert "token cap                    19 (SGLANG_SMALLM_MAX_TOKENS=19, under the measured cap 33:" in lowered.stdout
+    assert "tokens=20                    fallback  tokens: 20 tokens > cap 19" in lowered.stdout
+    assert f"yours: {tmp_path}" in lowered.stdout
+
+
 def test_doctor_plans_for_the_given_layout():
     # FP8 at 8 tokens (D=4096): two gate/up teams for row-major weights (kFp8TeamsMinTokens), one for
     # AITER-shuffled ones (the rule was measured on the row-major kernel only)

@@ -22,6 +22,7 @@ from ..calls import FP8_BLOCK128, ROW_MAJOR, SHUFFLE16, MoeCall
 from ..runner import MoeSelector
 
 logger = logging.getLogger("sglang_smallm")
+_tuned_noted: set = set()  # triton_configs notes already logged
 
 BACKEND_NAME = "smallm"
 
@@ -223,6 +224,15 @@ def build_smallm_runner(method, layer, config, *, weight_format, fallback_runner
             "Fix: run this checkpoint on ROCm with AITER, or pick another --moe-runner-backend.")
     if fallback_runner is None and device != "cpu" and not envs.KERNELS.enabled():
         raise RuntimeError(f"sglang-smallm: {envs.KERNELS.name}=0 but {fallback_unavailable}.")
+    if weight_format == FP8_BLOCK128 and fallback_backend is not None and fallback_backend.value == "triton":
+        from .triton_configs import tuned_fallback_note
+
+        note = tuned_fallback_note(int(getattr(layer, "num_local_experts", 0) or getattr(layer, "num_experts", 0)),
+                                   int(getattr(layer, "intermediate_size_per_partition", 0)),
+                                   bool(envs.MAX_TOKENS.get().strip()))
+        if note and note not in _tuned_noted:  # once per shape, not per layer
+            _tuned_noted.add(note)
+            logger.warning(note)
     if fallback_runner is not None:
         from .sort import after_fallback_built
 
