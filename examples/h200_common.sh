@@ -59,7 +59,7 @@ memcheck_stage() {  # memcheck_stage LOG LIMIT_S: with MEMCHECK=1, compute-sanit
   # MiniMax-M3-like shape) and MEMFORMATS (default both)
   [ "${MEMCHECK:-0}" = 1 ] || return 0
   stamp memcheck
-  timeout "$2" compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
+  timeout --foreground "$2" compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m sglang_smallm_plugin.cli \
     selftest --what moe --seeds 1 --shapes "${MEMSHAPES:-qwen35-tp4,qwen35-tp8,minimax-m3}" \
     --formats "${MEMFORMATS:-fp8_block128,mxfp4}" --tokens "${MEMTOKENS:-1,8}" > "$OUT/$1" 2>&1
   grep -E "selftest:|ERROR SUMMARY" "$OUT/$1"

@@ -184,3 +184,26 @@ def test_tma_bench_table_sets_modes_side_by_side(tmp_path):
     assert len(rows) == 14  # Qwen3.5 TP4 and TP8 at 1, 2, 4, 8, 12, 16, 20 tokens
     assert rows[("qwen35-tp4", "8")].split()[2:] == ["71.0", "(1.28x)", "83.5", "(1.50x)", "62.0", "(1.12x)", "1.176", "0.873"]
     assert rows[("qwen35-tp8", "1")].split()[-2:] == ["1.484", "-"]
+
+
+@pytest.mark.parametrize("foreground", [False, True])
+def test_a_jobs_timeout_stops_what_its_inner_timeouts_started(tmp_path, foreground):
+    """A timeout around a whole job (the device command's) must stop the benches the job started. A plain
+    inner `timeout` puts its command in a process group of its own, which outlives the job's ("h200-s47" run 7:
+    a bench went on timing into the next job); `timeout --foreground` keeps it in the job's group."""
+    import time
+
+    mark = tmp_path / "outlived"
+    inner = f"timeout {'--foreground ' if foreground else ''}30 bash -c 'sleep 2; touch {mark}'"
+    subprocess.run(["timeout", "1", "bash", "-c", f"{inner}; true"], capture_output=True)
+    time.sleep(2.5)
+    assert mark.exists() == (not foreground)
+
+
+def test_common_inner_timeouts_that_start_python_are_foreground():
+    """Every `timeout` in examples/h200_common.sh that starts python (the benches, the GPU test file) takes
+    --foreground (the test above shows why)."""
+    lines = [ln for ln in (ROOT / "examples" / "h200_common.sh").read_text().splitlines()
+             if "timeout " in ln and "python3" in ln and not ln.lstrip().startswith("#")]
+    assert lines
+    assert all("timeout --foreground" in ln for ln in lines), [ln for ln in lines if "--foreground" not in ln]
