@@ -74,7 +74,7 @@ def main(a) -> int:
         from .sglang_integration.triton_configs import tuned_fallback_note, user_fp8_configs
 
         own = user_fp8_configs(a.experts, a.inter)
-        _line("Triton fallback config", tuned_fallback_note(a.experts, a.inter, bool(envs.MAX_TOKENS.get().strip()))
+        _line("Triton fallback config", tuned_fallback_note(a.experts, a.inter, own, gate.user_max_tokens() is not None)
               or (f"yours: {own[0]} (SGLANG_SMALLM_MAX_TOKENS set)" if own else
                   "the configurations SGLang ships (no SGLANG_MOE_CONFIG_DIR file for this E and N)"))
     for t, eligible, reason in gate.decision_table(arch, a.format, a.hidden, a.inter, a.experts, a.top_k, tokens):

@@ -157,12 +157,18 @@ def token_cap(arch: str, weight_format: str, inter: int, top_k: int, hidden: Opt
     return 0, f"no cap entry for {arch}/{weight_format}"
 
 
-def user_limit(cap: int, source: str) -> tuple:
-    """(cap, source) lowered to SGLANG_SMALLM_MAX_TOKENS where that is set (a whole number) and below cap.
-    A value it does not take is refused at startup (envs.check); here it leaves the cap as measured."""
+def user_max_tokens() -> Optional[int]:
+    """SGLANG_SMALLM_MAX_TOKENS as a whole number, or None where it is unset or empty. A value it does not
+    take is refused at startup (envs.check); here it reads as unset."""
     v = envs.MAX_TOKENS.get().strip()
-    if v.isdigit() and int(v) < cap:
-        return int(v), f"{envs.MAX_TOKENS.name}={v}, under the measured cap {cap}: {source}"
+    return int(v) if v.isdigit() else None
+
+
+def user_limit(cap: int, source: str) -> tuple:
+    """(cap, source) lowered to SGLANG_SMALLM_MAX_TOKENS where that is set and below cap."""
+    n = user_max_tokens()
+    if n is not None and n < cap:
+        return n, f"{envs.MAX_TOKENS.name}={n}, under the measured cap {cap}: {source}"
     return cap, source
 
 

@@ -43,12 +43,12 @@ _logged: set = set()
 _disabled_logged = False
 
 
-def log_once(key, msg: str, *args) -> None:
+def log_once(key, msg: str, *args, level: int = logging.INFO) -> None:
     if key in _logged:
         return
     _logged.add(key)
     if rank() == 0 or envs.LOG_ALL_RANKS.enabled():
-        logger.info(msg, *args)
+        logger.log(level, msg, *args)
 
 
 def _signature(call: MoeCall) -> tuple:

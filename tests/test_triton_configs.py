@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from sglang_smallm_plugin import gate
+from sglang_smallm_plugin import gate, runner
 from sglang_smallm_plugin.shapes import MoeShape
-from sglang_smallm_plugin.sglang_integration import runner_core, triton_configs
+from sglang_smallm_plugin.sglang_integration import triton_configs
 
 NAME = "E={},N={},device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
 
@@ -39,10 +39,11 @@ def test_found_by_shape_in_any_triton_folder(tmp_path):
 def test_note_names_the_file_and_the_fix_unless_max_tokens_is_set(tmp_path):
     _tree(tmp_path, [f"triton_3_6_0/{NAME.format(513, 256)}"])
     env = {"SGLANG_MOE_CONFIG_DIR": str(tmp_path)}
-    note = triton_configs.tuned_fallback_note(513, 256, False, env)
+    found = triton_configs.user_fp8_configs(513, 256, env)
+    note = triton_configs.tuned_fallback_note(513, 256, found, False)
     assert NAME.format(513, 256) in note and "Fix: set SGLANG_SMALLM_MAX_TOKENS" in note
-    assert triton_configs.tuned_fallback_note(513, 256, True, env) == ""
-    assert triton_configs.tuned_fallback_note(513, 128, False, env) == ""
+    assert triton_configs.tuned_fallback_note(513, 256, found, True) == ""
+    assert triton_configs.tuned_fallback_note(513, 128, triton_configs.user_fp8_configs(513, 128, env), False) == ""
 
 
 @pytest.mark.parametrize("max_tokens", ["", "6"])
@@ -54,7 +55,7 @@ def test_startup_warns_once_per_shape(sglang_smallm, tmp_path, monkeypatch, capl
 
     shape = MoeShape("tuned-fallback-test", 256, 7, 2, 128, 0)
     w = make_weights(shape, "fp8_block128", "row_major", 0, "cpu")
-    monkeypatch.setattr(runner_core, "_tuned_noted", set())
+    monkeypatch.setattr(runner, "_logged", set())
     measured = gate.shape_cap("sm_90", "fp8_block128", shape)
     assert measured > 6
     if max_tokens:
@@ -66,7 +67,7 @@ def test_startup_warns_once_per_shape(sglang_smallm, tmp_path, monkeypatch, capl
             probe = sglang_smallm.build_layer(shape, "fp8_block128", w, layer_id=300)
             _tree(tmp_path, [f"triton_3_6_0/{NAME.format(probe.num_local_experts, probe.intermediate_size_per_partition)}"])
             monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(tmp_path))
-            monkeypatch.setattr(runner_core, "_tuned_noted", set())
+            monkeypatch.setattr(runner, "_logged", set())
             caplog.clear()
         layers.append(sglang_smallm.build_layer(shape, "fp8_block128", w, layer_id=layer_id))
     notes = [r.getMessage() for r in caplog.records if "SGLANG_MOE_CONFIG_DIR" in r.getMessage()]

@@ -22,7 +22,6 @@ from ..calls import FP8_BLOCK128, ROW_MAJOR, SHUFFLE16, MoeCall
 from ..runner import MoeSelector
 
 logger = logging.getLogger("sglang_smallm")
-_tuned_noted: set = set()  # triton_configs notes already logged
 
 BACKEND_NAME = "smallm"
 
@@ -225,14 +224,15 @@ def build_smallm_runner(method, layer, config, *, weight_format, fallback_runner
     if fallback_runner is None and device != "cpu" and not envs.KERNELS.enabled():
         raise RuntimeError(f"sglang-smallm: {envs.KERNELS.name}=0 but {fallback_unavailable}.")
     if weight_format == FP8_BLOCK128 and fallback_backend is not None and fallback_backend.value == "triton":
-        from .triton_configs import tuned_fallback_note
+        from ..gate import user_max_tokens
+        from ..runner import log_once
+        from .triton_configs import tuned_fallback_note, user_fp8_configs
 
-        note = tuned_fallback_note(int(getattr(layer, "num_local_experts", 0) or getattr(layer, "num_experts", 0)),
-                                   int(getattr(layer, "intermediate_size_per_partition", 0)),
-                                   bool(envs.MAX_TOKENS.get().strip()))
-        if note and note not in _tuned_noted:  # once per shape, not per layer
-            _tuned_noted.add(note)
-            logger.warning(note)
+        E = int(getattr(layer, "num_local_experts", 0) or getattr(layer, "num_experts", 0))
+        N = int(getattr(layer, "intermediate_size_per_partition", 0))
+        note = tuned_fallback_note(E, N, user_fp8_configs(E, N), user_max_tokens() is not None)
+        if note:  # once per shape, not per layer
+            log_once(("tuned-fallback", E, N), note, level=logging.WARNING)
     if fallback_runner is not None:
         from .sort import after_fallback_built
 

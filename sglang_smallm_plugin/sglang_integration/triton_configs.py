@@ -34,9 +34,9 @@ def user_fp8_configs(num_experts: int, inter: int, environ=None) -> list:
     return found
 
 
-def tuned_fallback_note(num_experts: int, inter: int, max_tokens_set: bool, environ=None) -> str:
-    """The startup warning for a layer whose Triton fallback loads a user configuration, or ""."""
-    found = user_fp8_configs(num_experts, inter, environ)
+def tuned_fallback_note(num_experts: int, inter: int, found: list, max_tokens_set: bool) -> str:
+    """The startup warning for a layer whose Triton fallback loads a user configuration (`found`, from
+    user_fp8_configs), or "" where there is none or SGLANG_SMALLM_MAX_TOKENS is set."""
     if not found or max_tokens_set:
         return ""
     return (f"sglang-smallm: SGLang's Triton fallback for E={num_experts} N={inter} loads {found[0]} "
