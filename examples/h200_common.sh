@@ -77,7 +77,7 @@ peer_stage() {  # peer_stage TOKENS: with PEER=1, SGLang's Triton FP8 peer (.pee
   [ "${PEER:-0}" = 1 ] || return 0
   stamp peer
   # shellcheck disable=SC2086  # PEER_ARGS: one word per option
-  (cd "$R" && timeout 200 env OUT=$OUT/peer bash .peer/run.sh --tokens "$1" ${PEER_ARGS:-} > "$OUT/peer.log" 2>&1)
+  (cd "$R" && timeout --foreground 200 env OUT=$OUT/peer bash .peer/run.sh --tokens "$1" ${PEER_ARGS:-} > "$OUT/peer.log" 2>&1)
 }
 
 peer_summary() {  # SGLang's Triton FP8 peer (.peer/run.sh), shipped config, per T

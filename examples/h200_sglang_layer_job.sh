@@ -17,9 +17,9 @@ stamp sglang-env
 sglang_env || { pack; exit 12; }
 for fmt in ${FORMATS:-fp8_block128}; do
   stamp "layer-check $fmt"
-  tokens=1,2,3,8,48,49  # each format's H200 cap at the default shape (I = 128) and one more
+  tokens=1,2,3,8,63,64  # each format's H200 cap at the default shape (I = 128, top-11) and one more
   (cd /tmp && SMALLM_CHECK_FORMAT=$fmt SMALLM_CHECK_TOKENS=${SMALLM_CHECK_TOKENS:-$tokens} \
-    PYTHONPATH=$SG_PATH timeout 400 python3 "$R/examples/gpu_sglang_layer_check.py" \
+    PYTHONPATH=$SG_PATH timeout --foreground 400 python3 "$R/examples/gpu_sglang_layer_check.py" \
     > "$OUT/layer_check_$fmt.log" 2>&1; echo "rc=$?" >> "$OUT/layer_check_$fmt.log")
 done
 stamp done

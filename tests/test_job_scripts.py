@@ -201,9 +201,10 @@ def test_a_jobs_timeout_stops_what_its_inner_timeouts_started(tmp_path, foregrou
 
 
 def test_common_inner_timeouts_that_start_python_are_foreground():
-    """Every `timeout` in examples/h200_common.sh that starts python (the benches, the GPU test file) takes
-    --foreground (the test above shows why)."""
-    lines = [ln for ln in (ROOT / "examples" / "h200_common.sh").read_text().splitlines()
-             if "timeout " in ln and "python3" in ln and not ln.lstrip().startswith("#")]
-    assert lines
-    assert all("timeout --foreground" in ln for ln in lines), [ln for ln in lines if "--foreground" not in ln]
+    """Every `timeout` that starts python or SGLang's peer in examples/h200_common.sh (the benches, the GPU
+    test file, the peer) and in the SGLang layer job takes --foreground (the test above shows why)."""
+    for name in ("h200_common.sh", "h200_sglang_layer_job.sh"):
+        lines = [ln for ln in (ROOT / "examples" / name).read_text().splitlines()
+                 if "timeout " in ln and ("python3" in ln or ".peer/run.sh" in ln) and not ln.lstrip().startswith("#")]
+        assert lines, name
+        assert all("timeout --foreground" in ln for ln in lines), [ln for ln in lines if "--foreground" not in ln]
