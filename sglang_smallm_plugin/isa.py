@@ -95,6 +95,16 @@ def summarize(asm: str) -> list:
     return rows
 
 
+def instructions(asm: str) -> dict:
+    """Per kernel (mangled name): its instructions in order, without comments, labels or directives. Two builds
+    of one source compile to the same code where these are equal (register numbers included)."""
+    out = {}
+    for m in re.finditer(r"^(_Z\w+):[^\n]*$(.*?)^\.Lfunc_end\d+:", asm, re.M | re.S):
+        lines = (ln.split(";")[0].strip() for ln in m.group(2).splitlines())
+        out[m.group(1)] = [ln for ln in lines if ln and not ln.startswith(".") and not ln.endswith(":")]
+    return out
+
+
 def main(arch: str = "gfx950", out: str = "isa_out") -> int:
     try:
         compiled = compile_all(arch, out)

@@ -5,6 +5,7 @@ import re
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -199,6 +200,88 @@ def test_hip_host_launchers_compile(source):
                         "--system-header-prefix=hip/", '-DSMALLM_BUILD_ARCH="gfx950"', "-fsyntax-only",
                         str(HIP / f"{source}.hip")], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
+
+
+def _hip_device_compile(src, out, *flags):
+    """gfx950 device code of `src` the way hipcc builds it: the HIP runtime headers included (Debian's, from
+    libamdhip64-dev) and clang's HIP wrapper headers (the resource dir of the clang that has them), compiled by
+    clang 22 from ziglang (the one clang here that knows gfx950). clang 22 no longer defines
+    __AMDGCN_WAVEFRONT_SIZE, which those headers read: given as gfx950's wave size."""
+    resource = subprocess.run([_hip_host_toolchain(), "-print-resource-dir"], capture_output=True, text=True).stdout.strip()
+    cmd = [sys.executable, "-m", "ziglang", "clang", "-x", "hip", "--offload-arch=gfx950", "--offload-device-only",
+           "--rocm-path=/usr", "-nogpulib", f"-resource-dir={resource}", "-D__AMDGCN_WAVEFRONT_SIZE=64",
+           "--system-header-prefix=hip/", "-Wall", "-Wextra", "-Werror", '-DSMALLM_BUILD_ARCH="gfx950"', *flags,
+           "-S", str(src), "-o", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, " ".join(cmd) + "\n" + r.stderr[-4000:]
+    return isa.instructions(out.read_text())
+
+
+def _hipify_like_torch(build):
+    """hip/ copied into `build` and hipified as torch's CUDAExtension does under a ROCm torch (the install-time
+    build, setup.py): torch.utils.hipify over the extension's sources, following their includes in hip/.
+    -> {source name: the file the build compiles}."""
+    import contextlib
+    import io
+
+    from torch.utils.hipify import hipify_python
+
+    shutil.copytree(HIP, build / "hip")
+    sources = [build / "hip" / s for s in (*isa.SOURCES, "smallm_ops.cpp")]
+    with contextlib.redirect_stdout(io.StringIO()):
+        res = hipify_python.hipify(project_directory=str(build), output_directory=str(build),
+                                   header_include_dirs=[str(build / "hip")], includes=[os.path.join(str(build), "*")],
+                                   extra_files=[str(s) for s in sources], show_detailed=False,
+                                   is_pytorch_extension=True, hipify_extra_files_only=True)
+    return {s.name: pathlib.Path(res[str(s)].hipified_path or s) if str(s) in res else s for s in sources}
+
+
+@pytest.mark.skipif(_hip_host_toolchain() is None,
+                    reason="no clang with HIP wrapper headers and /usr/include/hip (apt: clang-16 libamdhip64-dev)")
+@pytest.mark.parametrize("source", isa.SOURCES)
+def test_rocm_install_build_compiles_the_isa_that_is_checked(gfx950_build, tmp_path, source):
+    """The gfx950 ISA the checks above read (`sglang-smallm isa`: no headers, SMALLM_DEVICE_ONLY) is the ISA the
+    install builds on a ROCm torch: there torch's CUDAExtension hipifies the sources (renaming them, and their
+    headers, *_hip) and hipcc compiles them with the HIP runtime headers and torch's ROCm flags. Both ways, every
+    kernel's instructions are the same, register for register. Until 2026-12-04 they were not: with the headers,
+    HIP's own float4 changed the tensor-core down kernels' h staging (hip/smallm_compat.h)."""
+    from torch.utils import cpp_extension as ce
+
+    checked = isa.instructions(next(p for p, _ in gfx950_build if p.name.startswith(pathlib.Path(source).stem + ".")).read_text())
+    assert checked
+    setup_py = (HIP.parent / "setup.py").read_text()
+    rocm = ["-O3", "-std=c++20", "-fno-gpu-rdc"]  # setup.py's ROCm "nvcc" flags; -fno-gpu-rdc: torch adds it with them
+    assert all(f in setup_py for f in rocm[:2]) and "--offload-arch={arch}" in setup_py
+    plain = _hip_device_compile(HIP / source, tmp_path / "plain.s", *rocm, "-D__HIP_PLATFORM_AMD__=1")
+    hipified = _hipify_like_torch(tmp_path / "build")
+    built = _hip_device_compile(hipified[source], tmp_path / "installed.s", *rocm, *ce.COMMON_HIP_FLAGS,
+                                *ce.COMMON_HIPCC_FLAGS)
+    for name, ins in checked.items():
+        assert plain.get(name) == ins, f"{isa.kernel_label(name)}: with the HIP headers {len(plain.get(name, []))} instructions, checked {len(ins)}"
+        assert built.get(name) == ins, f"{isa.kernel_label(name)}: hipified as installed {len(built.get(name, []))} instructions, checked {len(ins)}"
+    assert set(plain) == set(built) == set(checked)
+
+
+@pytest.mark.skipif(_hip_host_toolchain() is None,
+                    reason="no clang with HIP wrapper headers and /usr/include/hip (apt: clang-16 libamdhip64-dev)")
+def test_rocm_install_build_hipified_host_side(tmp_path):
+    """What the ROCm install compiles after hipify, host side: the launchers type-check with torch's ROCm flags
+    and warnings as errors, and the op file asks for no CUDA header (a ROCm torch has none; it is compiled
+    against torch's ROCm headers, which no machine here has)."""
+    from torch.utils import cpp_extension as ce
+
+    hipified = _hipify_like_torch(tmp_path / "build")
+    for source in isa.SOURCES:
+        r = subprocess.run([_hip_host_toolchain(), "-x", "hip", "--offload-arch=gfx90a", "--offload-host-only",
+                            "--rocm-path=/usr", "-nogpulib", "-std=c++20", "-Wall", "-Wextra", "-Werror",
+                            "--system-header-prefix=hip/", '-DSMALLM_BUILD_ARCH="gfx950"', *ce.COMMON_HIP_FLAGS,
+                            *ce.COMMON_HIPCC_FLAGS, "-fsyntax-only", str(hipified[source])],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, source + "\n" + r.stderr[-4000:]
+    ops = hipified["smallm_ops.cpp"].read_text()
+    includes = re.findall(r"#include\s*[<\"]([^>\"]+)", ops)
+    assert not [i for i in includes if "cuda" in i.lower()], includes
+    assert "c10/hip/HIPStream.h" in includes or "ATen/hip/impl/HIPStreamMasqueradingAsCUDA.h" in includes, includes
 
 
 def _ptx_entries(text):
