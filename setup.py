@@ -115,8 +115,8 @@ def _ship_sources() -> None:
 
     dst = HERE / "sglang_smallm_plugin" / "hip_src"
     dst.mkdir(exist_ok=True)
-    for f in (HERE / "hip").iterdir():
-        if f.suffix in (".h", ".hip", ".cpp"):
+    for f in (HERE / "hip").iterdir():  # not the *_hip copies a ROCm build's hipify leaves beside them
+        if f.suffix in (".h", ".hip", ".cpp") and not f.stem.endswith("_hip"):
             shutil.copy2(f, dst / f.name)
 
 
