@@ -4,7 +4,11 @@ with SMALLM_CHECK_FORMAT=mxfp4, the Quark W4A4 MXFP4 scheme. Checks, per token c
   - calls the gate sends to the kernel: the compiled kernel ran inside SGLang's layer, within the
     format's tolerance of the reference;
   - calls it sends to the fallback: bit-identical to the triton backend's layer;
-  - SGLANG_ROCM_SMALLM_MOE=0: every call decided for the fallback, and bit-identical to triton.
+  - SGLANG_ROCM_SMALLM_MOE=0: every call decided for the fallback, and bit-identical to triton;
+  - both ways, the layer captured in a CUDA graph (as SGLang's decode runs it: the runner's Python code,
+    the gate and, for calls over 20 tokens, the split run during the capture) on other inputs, the call's
+    inputs copied in and the output poisoned, then replayed: bit-identical to the eager call
+    (SMALLM_CHECK_GRAPH=0 skips this).
 Where a path cannot run on the machine (the H200 image has no sgl_kernel: SGLang's Triton runner on CUDA
 calls its silu_and_mul, moe_align_block_size and moe_sum_reduce, which our import-only stub raises on;
 the Quark MXFP4 scheme's own path is AITER's, ROCm only), that check is reported as "not runnable here"
@@ -84,13 +88,52 @@ def check_call(T, c, label):
     return d
 
 
+GRAPH = os.environ.get("SMALLM_CHECK_GRAPH", "1") != "0"
+
+
+def check_graph(T, c, label):
+    """The layer's call captured in one CUDA graph on other inputs of the same shape, then the call's own inputs
+    copied in, the graph's output poisoned (NaN) and the graph replayed: the output must be the eager call's, bit
+    for bit (the kernel and SGLang's Triton path are both deterministic)."""
+    from sglang_smallm_plugin.timing import capture
+
+    d = H.decide(layer, c)
+    eager, why = run(layer, c)
+    head = f"{label}T={T} path={d.path}"
+    if why:
+        record("not runnable here", f"{head}: CUDA graph not tried: {why}")
+        return
+    x, tw, ti = torch.randn_like(c.x), torch.rand_like(c.topk_weights), torch.flip(c.topk_ids, dims=(0,)).contiguous()
+    box = {}
+
+    def body():
+        box["out"] = H.forward(layer, x, tw, ti)
+
+    try:
+        g = capture(body)
+    except Exception as e:  # noqa: BLE001 - a capture that fails is this check's finding
+        record("fail", f"{head}: the layer could not be captured in a CUDA graph: {type(e).__name__}: {e}")
+        return
+    x.copy_(c.x), tw.copy_(c.topk_weights), ti.copy_(c.topk_ids)
+    box["out"].fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    same = torch.equal(box["out"], eager)
+    record("pass" if same else "fail", f"{head}: captured in a CUDA graph, replayed on the call's inputs: "
+           f"bit-identical to the eager call: {same}")
+
+
 for T, c in calls.items():
     check_call(T, c, "")
+    if GRAPH and DEV == "cuda":
+        check_graph(T, c, "")
 os.environ["SGLANG_ROCM_SMALLM_MOE"] = "0"
 for T, c in calls.items():
     d = check_call(T, c, "SGLANG_ROCM_SMALLM_MOE=0 ")
     if d.is_kernel:
         record("fail", f"SGLANG_ROCM_SMALLM_MOE=0 T={T}: decided for the kernel")
+    if GRAPH and DEV == "cuda":
+        check_graph(T, c, "SGLANG_ROCM_SMALLM_MOE=0 ")
 n = {k: len(v) for k, v in results.items()}
 ok = n["fail"] == 0 and n["pass"] > 0
 print(f"GPU SGLang layer check, {FMT}: {'PASS' if ok else 'FAIL'} ({n['pass']} passed, {n['fail']} failed, "
