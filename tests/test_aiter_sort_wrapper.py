@@ -2,7 +2,8 @@
 points and call order (sort, then the MXFP8 quantisation of the activations), plus a stand-in of
 SGLang's own small-sort patch applied first. No AITER exists here; what is checked is composition:
 ours outermost, never twice, declined calls reaching SGLang's patch and then AITER unchanged, and
-the fused quantisation handed back only for the tensors it was made from."""
+the fused quantisation handed back only for the tensors it was made from. The last tests apply SGLang 0.5.23's
+own patch (`apply_aiter_small_moe_sort_patch`, its code) under ours instead of a stand-in of it."""
 
 import functools
 import types
@@ -183,3 +184,88 @@ def importlib_spec(name):
     import importlib.machinery
 
     return importlib.machinery.ModuleSpec(name, None)
+
+
+# ----------------------------------------------------- over SGLang 0.5.23's own patch (its code, not a stand-in)
+@pytest.fixture
+def over_sglangs_patch(sglang_smallm, monkeypatch):
+    """The AITER stand-in patched by SGLang's own `apply_aiter_small_moe_sort_patch` (as SGLang's AITER runner
+    applies it on gfx950), then by ours. SGLang's Triton small sort (`_run_small_sort`, GPU only) is replaced by
+    a recorder of its arguments, so that what SGLang's real wrapper passes it can be read on CPU."""
+    import enum
+    import sys
+
+    from sglang.kernels.ops.moe import moe_sorting_small as sgl
+
+    from sglang_smallm_plugin.sglang_integration import sort
+
+    log, sglang_sorts = [], []
+    fm = _fake_aiter(log)
+    fm._moe_sorting_impl = fm._moe_sorting_impl.__wrapped__  # the stand-in without its own copy of SGLang's patch
+
+    class QuantType(enum.Enum):
+        No = 0
+        per_1x32 = 1
+        per_1x128 = 2
+
+    fm.QuantType = QuantType
+    dtypes = types.ModuleType("aiter.dtypes")
+    dtypes.fp4x2, dtypes.fp8, dtypes.i32, dtypes.fp32 = torch.uint8, torch.float8_e4m3fn, torch.int32, torch.float32
+    aiter = types.ModuleType("aiter")
+    aiter.fused_moe, aiter.dtypes = fm, dtypes
+    for name, mod in (("aiter", aiter), ("aiter.fused_moe", fm), ("aiter.dtypes", dtypes)):
+        monkeypatch.setitem(sys.modules, name, mod)
+
+    def run_small_sort(topk_ids, topk_weights, sorted_ids, sorted_weights, sorted_expert_ids, num_valid_ids, moe_buf,
+                       block_size, mx_quant_input, num_experts):
+        log.append("sglang_small_sort")
+        sglang_sorts.append(dict(moe_buf=tuple(moe_buf.shape), block_size=block_size, num_experts=num_experts,
+                                 quant_input=mx_quant_input))
+        return None
+
+    monkeypatch.setattr(sgl, "is_gfx95_supported", lambda: True)
+    monkeypatch.setattr(sgl, "_run_small_sort", run_small_sort)
+    sgl.apply_aiter_small_moe_sort_patch.cache_clear()
+    sgl.apply_aiter_small_moe_sort_patch()
+    sglang_sort = fm._moe_sorting_impl
+    assert sglang_sort.__code__.co_name == "sorting_impl_wrapper", "SGLang's patch did not apply"
+    what = sort.install_aiter_sort_wrapper(fm)
+    yield fm, log, sglang_sorts, sglang_sort, what, QuantType
+    sgl.apply_aiter_small_moe_sort_patch.cache_clear()
+
+
+def test_over_sglangs_own_patch_ours_is_outermost(over_sglangs_patch):
+    fm, _, _, sglang_sort, what, _ = over_sglangs_patch
+    assert what == "wrapped (outermost, over SGLang's small-sort patch)"
+    assert fm._moe_sorting_impl.__wrapped__ is sglang_sort
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_over_sglangs_own_patch_eligible_call_is_ours(over_sglangs_patch, seed):
+    fm, log, _, _, _, QuantType = over_sglangs_patch
+    x, ids, w = _inputs(seed=seed)
+    (sid, sw, eids, nv, buf), (xq, xs) = fm.fused_moe(x, W_FP4, None, w, ids, quant_type=QuantType.per_1x32)
+    assert log == []  # neither SGLang's small sort nor AITER ran
+    rid, rw, reid, rnv, rxq, rxs = R.moe_sorting_mxfp8(ids, w, x, 129, 32)
+    n = int(rnv[0])
+    assert torch.equal(nv, rnv) and torch.equal(sid[:n], rid[:n]) and torch.equal(xq.view(torch.uint8), rxq.view(torch.uint8))
+
+
+def test_over_sglangs_own_patch_kernels_off_reach_sglangs_small_sort(over_sglangs_patch, monkeypatch):
+    """With the kernels off ours passes every call on: SGLang's real wrapper gets AITER's arguments as AITER gave
+    them, takes the call (15 pairs) and sizes its buffers from them."""
+    monkeypatch.setenv("SGLANG_ROCM_SMALLM_MOE", "0")
+    fm, log, sglang_sorts, _, _, QuantType = over_sglangs_patch
+    x, ids, w = _inputs()
+    fm.fused_moe(x, W_FP4, None, w, ids, quant_type=QuantType.per_1x32)
+    assert log == ["sglang_small_sort", "aiter_quant"]
+    assert sglang_sorts == [dict(moe_buf=(3, 64), block_size=32, num_experts=129, quant_input=None)]
+
+
+def test_over_sglangs_own_patch_declined_by_both_reaches_aiter(over_sglangs_patch):
+    fm, log, sglang_sorts, _, _, QuantType = over_sglangs_patch
+    x, ids, w = _inputs()
+    s, q = fm.fused_moe(x, W_FP4, None, w, ids, expert_mask=torch.ones(129, dtype=torch.int32),
+                        quant_type=QuantType.per_1x32)
+    assert s == ("aiter-sort-result",) and q == ("aiter-quant-result",)
+    assert log == ["aiter_sort", "aiter_quant"] and sglang_sorts == []
