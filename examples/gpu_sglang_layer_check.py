@@ -8,7 +8,10 @@ with SMALLM_CHECK_FORMAT=mxfp4, the Quark W4A4 MXFP4 scheme. Checks, per token c
   - both ways, the layer captured in a CUDA graph (as SGLang's decode runs it: the runner's Python code,
     the gate and, for calls over 20 tokens, the split run during the capture) on other inputs, the call's
     inputs copied in and the output poisoned, then replayed: bit-identical to the eager call
-    (SMALLM_CHECK_GRAPH=0 skips this).
+    (SMALLM_CHECK_GRAPH=0 skips this);
+  - with SMALLM_CHECK_COMPILE=1, with the plugin's kernels on, the layer's call under torch.compile (inductor,
+    dynamic=False, as SGLang's --enable-torch-compile compiles its forward per batch size), eagerly and then
+    captured in a CUDA graph and replayed: bit-identical to the eager call.
 Where a path cannot run on the machine (the H200 image has no sgl_kernel: SGLang's Triton runner on CUDA
 calls its silu_and_mul, moe_align_block_size and moe_sum_reduce, which our import-only stub raises on;
 the Quark MXFP4 scheme's own path is AITER's, ROCm only), that check is reported as "not runnable here"
@@ -123,10 +126,50 @@ def check_graph(T, c, label):
            f"bit-identical to the eager call: {same}")
 
 
+COMPILE = os.environ.get("SMALLM_CHECK_COMPILE", "0") == "1"
+_compiled = []
+
+
+def check_compile(T, c):
+    """The layer's call through torch.compile (inductor; one compiled function, re-traced per token count as
+    SGLang's compiled forward is per batch size), then that compiled call captured in a CUDA graph and replayed on
+    the call's inputs with the output poisoned: both bit-identical to the eager call."""
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
+
+    from sglang_smallm_plugin.timing import capture
+
+    if not _compiled:
+        _compiled.append(torch.compile(lambda x, tw, ti: layer(x.clone(), StandardTopKOutput(tw, ti, torch.empty(
+            0, device=x.device))), dynamic=False))
+    f = _compiled[0]
+    d = H.decide(layer, c)
+    head = f"torch.compile T={T} path={d.path}"
+    eager, why = run(layer, c)
+    if why:
+        record("not runnable here", f"{head}: not tried: {why}")
+        return
+    try:
+        out = f(c.x, c.topk_weights, c.topk_ids)
+        x, tw, ti = c.x.clone(), c.topk_weights.clone(), c.topk_ids.clone()
+        box = {}
+        g = capture(lambda: box.__setitem__("out", f(x, tw, ti)))
+        box["out"].fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 - a compile or capture that fails is this check's finding
+        record("fail", f"{head}: {type(e).__name__}: {str(e)[:500]}")
+        return
+    same, same_graph = torch.equal(out, eager), torch.equal(box["out"], eager)
+    record("pass" if same and same_graph else "fail",
+           f"{head}: compiled call bit-identical to the eager call: {same}; in a CUDA graph: {same_graph}")
+
+
 for T, c in calls.items():
     check_call(T, c, "")
     if GRAPH and DEV == "cuda":
         check_graph(T, c, "")
+    if COMPILE and DEV == "cuda":
+        check_compile(T, c)
 os.environ["SGLANG_ROCM_SMALLM_MOE"] = "0"
 for T, c in calls.items():
     d = check_call(T, c, "SGLANG_ROCM_SMALLM_MOE=0 ")

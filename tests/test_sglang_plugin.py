@@ -205,6 +205,35 @@ def test_qwen35_shaped_fp8_layer(sglang_smallm):
     assert rel_l2(out.float(), _loop_reference(call).float()) < TOLERANCES["sglang_layer_vs_loop"]
 
 
+@pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
+def test_layer_through_smallm_under_torch_compile(sglang_smallm, fmt):
+    """SGLang's --enable-torch-compile compiles the model's forward, MoE layers included: dynamo must get through
+    the smallm runner (the plugin's runner core, gate and provider; it may break the graph there, as at the
+    runner swap in `presenting`) and the compiled layer must give the eager layer's output, at every token count
+    (one compiled function, so later counts re-trace or reuse it)."""
+    import torch._dynamo
+
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
+
+    from sglang_smallm_plugin.testdata import make_call, make_weights
+
+    w = make_weights(SMALL, fmt, "row_major", 7, "cpu")
+    layer = sglang_smallm.build_layer(SMALL, fmt, w, layer_id=95)
+
+    def f(x, tw, ti):
+        return layer(x.clone(), StandardTopKOutput(tw, ti, torch.empty(0)))
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="eager")
+    for T in (1, 3, 8):
+        call = make_call(SMALL, fmt, "row_major", T, 70 + T, "cpu", w)
+        eager = f(call.x, call.topk_weights, call.topk_ids)
+        out = compiled(call.x, call.topk_weights, call.topk_ids)
+        assert torch.equal(out, eager), (fmt, T)
+        assert rel_l2(out.float(), _loop_reference(call).float()) < TOLERANCES["sglang_layer_vs_loop"]
+    torch._dynamo.reset()
+
+
 def test_kernels_off_takes_fallback_and_says_why(sglang_smallm, monkeypatch, caplog):
     """SGLANG_ROCM_SMALLM_MOE=0: every call goes to the fallback (Triton here), which cannot run on
     CPU: the error must say so instead of producing anything."""
