@@ -5,7 +5,6 @@ The extension `sglang_smallm_plugin._C` is built at install time (setup.py) for 
 `torch.ops.sglang_smallm.*`; this module adds their fake (meta) implementations so they trace.
 """
 
-import functools
 import importlib
 import logging
 import re
@@ -506,9 +505,19 @@ def device_info(device=None) -> DeviceInfo:
     return DeviceInfo("cuda", props.name, f"sm_{props.major}{props.minor}")
 
 
-@functools.lru_cache(maxsize=None)
+_loaded: list = []  # [(module or None, reason)] once loaded
+
+
 def load_compiled() -> tuple:
-    """-> (module or None, reason). Never raises."""
+    """-> (module or None, reason). Never raises. Loaded once; kept in a module list, not an lru_cache, because
+    run_moe calls it inside SGLang's forward and dynamo (--enable-torch-compile) traces through an lru_cache's
+    wrapper with a warning of possible silent errors ("h200-s48" run 3)."""
+    if not _loaded:
+        _loaded.append(_load_compiled_once())
+    return _loaded[0]
+
+
+def _load_compiled_once() -> tuple:
     try:
         mod = importlib.import_module("sglang_smallm_plugin._C")
     except ImportError as e:
