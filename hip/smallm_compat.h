@@ -54,9 +54,10 @@ typedef __SIZE_TYPE__ size_t;
 
 // On HIP the kernels use these plain structs whether or not hip_runtime.h is included (it declares its own
 // float4/float2, classes with operators, which these shadow inside namespace smallm): with HIP's, clang
-// compiled the tensor-core down kernels' h staging differently (172 fewer instructions, 18 fewer 16-byte
-// loads), so the ISA that `sglang-smallm isa` checks without headers was not the ISA that the install
-// (hipcc, headers included) builds. tests/test_kernel_compile.py compares the two.
+// compiled the two-pass down kernels' h staging differently (smallm_down_kernel, variant 5's second kernel,
+// opt-in on gfx950: 172 fewer instructions, 18 fewer 16-byte loads), so the ISA that `sglang-smallm isa`
+// checks without headers was not the ISA that the install (hipcc, headers included) builds.
+// tests/test_kernel_compile.py compares the two.
 #if defined(SMALLM_HIP)
 struct alignas(16) float4 {
   float x, y, z, w;

@@ -244,7 +244,7 @@ def test_rocm_install_build_compiles_the_isa_that_is_checked(gfx950_build, tmp_p
     install builds on a ROCm torch: there torch's CUDAExtension hipifies the sources (renaming them, and their
     headers, *_hip) and hipcc compiles them with the HIP runtime headers and torch's ROCm flags. Both ways, every
     kernel's instructions are the same, register for register. Until 2026-12-04 they were not: with the headers,
-    HIP's own float4 changed the tensor-core down kernels' h staging (hip/smallm_compat.h)."""
+    HIP's own float4 changed the two-pass down kernels' h staging (hip/smallm_compat.h)."""
     from torch.utils import cpp_extension as ce
 
     checked = isa.instructions(next(p for p, _ in gfx950_build if p.name.startswith(pathlib.Path(source).stem + ".")).read_text())
