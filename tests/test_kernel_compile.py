@@ -195,11 +195,17 @@ def test_hip_host_launchers_compile(source):
     """The ROCm host side (launchers, occupancy, dynamic shared memory, env switches) type-checks
     under HIP with warnings as errors: the gfx950 ISA check above compiles device code only, and no
     machine here has ROCm. The HIP headers are Debian's (ROCm 5.2); the arch is a host-side stand-in."""
-    r = subprocess.run([_hip_host_toolchain(), "-x", "hip", "--offload-arch=gfx90a", "--offload-host-only",
-                        "--rocm-path=/usr", "-nogpulib", "-std=c++20", "-Wall", "-Wextra", "-Werror",
-                        "--system-header-prefix=hip/", '-DSMALLM_BUILD_ARCH="gfx950"', "-fsyntax-only",
-                        str(HIP / f"{source}.hip")], capture_output=True, text=True, timeout=600)
+    r = _hip_host_syntax_check(HIP / f"{source}.hip")
     assert r.returncode == 0, r.stderr[-4000:]
+
+
+def _hip_host_syntax_check(src, *flags):
+    """The host side of `src` type-checked under HIP with the HIP runtime headers and warnings as errors (clang
+    with HIP wrapper headers, Debian's ROCm 5.2 headers; gfx90a a host-side stand-in for the arch)."""
+    return subprocess.run([_hip_host_toolchain(), "-x", "hip", "--offload-arch=gfx90a", "--offload-host-only",
+                           "--rocm-path=/usr", "-nogpulib", "-std=c++20", "-Wall", "-Wextra", "-Werror",
+                           "--system-header-prefix=hip/", '-DSMALLM_BUILD_ARCH="gfx950"', *flags, "-fsyntax-only",
+                           str(src)], capture_output=True, text=True, timeout=600)
 
 
 def _hip_device_compile(src, out, *flags):
@@ -272,11 +278,7 @@ def test_rocm_install_build_hipified_host_side(tmp_path):
 
     hipified = _hipify_like_torch(tmp_path / "build")
     for source in isa.SOURCES:
-        r = subprocess.run([_hip_host_toolchain(), "-x", "hip", "--offload-arch=gfx90a", "--offload-host-only",
-                            "--rocm-path=/usr", "-nogpulib", "-std=c++20", "-Wall", "-Wextra", "-Werror",
-                            "--system-header-prefix=hip/", '-DSMALLM_BUILD_ARCH="gfx950"', *ce.COMMON_HIP_FLAGS,
-                            *ce.COMMON_HIPCC_FLAGS, "-fsyntax-only", str(hipified[source])],
-                           capture_output=True, text=True, timeout=600)
+        r = _hip_host_syntax_check(hipified[source], *ce.COMMON_HIP_FLAGS, *ce.COMMON_HIPCC_FLAGS)
         assert r.returncode == 0, source + "\n" + r.stderr[-4000:]
     ops = hipified["smallm_ops.cpp"].read_text()
     includes = re.findall(r"#include\s*[<\"]([^>\"]+)", ops)
