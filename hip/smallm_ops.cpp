@@ -202,5 +202,7 @@ TORCH_LIBRARY_IMPL(sglang_smallm, CUDA, m) {
 }
 
 // Importing the extension module registers the ops above.
-static struct PyModuleDef smallm_module = {PyModuleDef_HEAD_INIT, "_C", "sglang-smallm compiled kernels", -1, nullptr};
+// Every field given (m_methods, m_slots, m_traverse, m_clear, m_free): -Wextra checks the op file too.
+static struct PyModuleDef smallm_module = {PyModuleDef_HEAD_INIT, "_C", "sglang-smallm compiled kernels", -1,
+                                           nullptr, nullptr, nullptr, nullptr, nullptr};
 PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&smallm_module); }

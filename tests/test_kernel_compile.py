@@ -286,6 +286,56 @@ def test_rocm_install_build_hipified_host_side(tmp_path):
     assert "c10/hip/HIPStream.h" in includes or "ATen/hip/impl/HIPStreamMasqueradingAsCUDA.h" in includes, includes
 
 
+ROCM_HEADERS = pathlib.Path(os.environ.get("SMALLM_ROCM_HEADERS", HIP.parent / ".rocm-headers" / "usr" / "include"))
+
+
+def _rocm_torch_include(out):
+    """torch's own headers as a ROCm build of this torch ships them: PyTorch's ROCm build
+    (tools/amd_build/build_amd.py) runs the same torch.utils.hipify over c10/cuda and ATen/cuda and installs
+    the results as c10/hip and ATen/hip; their `#ifdef USE_ROCM` branches are in the CUDA wheel's copies too.
+    The CUDA directories are left out (a ROCm torch has no c10/cuda), so including one fails."""
+    import contextlib
+    import io
+
+    import torch
+    from torch.utils.hipify import hipify_python
+
+    inc = os.path.join(os.path.dirname(torch.__file__), "include")
+    with contextlib.redirect_stdout(io.StringIO()):
+        hipify_python.hipify(project_directory=inc, output_directory=str(out), show_detailed=False, show_progress=False,
+                             includes=[os.path.join(inc, "c10", "cuda", "*"), os.path.join(inc, "ATen", "cuda", "*")],
+                             is_pytorch_extension=False)
+    for d in (out / "c10" / "cuda", out / "ATen" / "cuda"):
+        shutil.rmtree(d)
+    assert (out / "c10" / "hip" / "HIPStream.h").exists() and (out / "c10" / "hip" / "HIPGuard.h").exists()
+    return out
+
+
+@pytest.mark.skipif(not (ROCM_HEADERS / "hip" / "hip_runtime_api.h").exists(),
+                    reason=f"no ROCm >= 5.3 HIP headers at {ROCM_HEADERS} (.ci/rocm_headers.sh unpacks trixie's there; "
+                           "or set SMALLM_ROCM_HEADERS)")
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no host C++ compiler (c++)")
+def test_rocm_install_build_op_file_compiles_against_rocm_torch_headers(tmp_path):
+    """The one source of the ROCm install that no other check compiles: the hipified op file
+    (smallm_ops_hip.cpp), which CUDAExtension hands to the host C++ compiler with torch's ROCm flags
+    (COMMON_HIP_FLAGS), the package's cxx flags and torch's include paths plus ROCm's. Type-checked here against
+    this torch's headers hipified as its ROCm build ships them and the HIP 5.7 runtime headers, with warnings as
+    errors in the package's code. It models a ROCm torch of this version, not one built by AMD; the guard and
+    stream it uses (c10::cuda::CUDAGuard, getCurrentCUDAStream, kept by this torch's hipify) are the ones that
+    those headers declare."""
+    from torch.utils import cpp_extension as ce
+
+    hipified = _hipify_like_torch(tmp_path / "build")
+    torch_inc = _rocm_torch_include(tmp_path / "rocm_torch_include")
+    py_inc = __import__("sysconfig").get_paths()["include"]
+    cmd = ["c++", "-fsyntax-only", *ce.COMMON_HIP_FLAGS, "-O3", "-std=c++20", '-DSMALLM_BUILD_ARCH="gfx950"',
+           "-Wall", "-Wextra", "-Werror", f"-I{hipified['smallm_ops.cpp'].parent}",
+           "-isystem", str(torch_inc), "-isystem", str(torch_inc / "torch" / "csrc" / "api" / "include"),
+           "-isystem", str(ROCM_HEADERS), "-isystem", py_inc, str(hipified["smallm_ops.cpp"])]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, " ".join(cmd) + "\n" + r.stderr[-4000:]
+
+
 def _ptx_entries(text):
     """PTX text -> {mangled kernel name: its text up to the next kernel}."""
     entries = re.split(r"\n\s*// \.globl\s+", text)
