@@ -262,7 +262,8 @@ RULES: Sequence[Rule] = (
     Rule("fp8_dtype", lambda c, a: _fp8_dtype_ok(c),
          lambda c, a: f"fp8 weights are {c.w13.dtype}; the kernel decodes OCP e4m3fn (e4m3fnuz is gfx942's format)"),
     Rule("layout", lambda c, a: c.layout in (ROW_MAJOR, SHUFFLE16),
-         lambda c, a: f"weight layout {c.layout} is not row-major or AITER shuffle (16,16)"),
+         lambda c, a: c.layout if c.layout.startswith("unrecognised") else
+         f"weight layout {c.layout} is not row-major or AITER shuffle (16,16)"),
     Rule("activation", lambda c, a: c.activation == "silu" and c.is_gated,
          lambda c, a: f"activation {c.activation} (gated={c.is_gated}) is not gated SiLU"),
     Rule("swiglu_params", lambda c, a: not c.swiglu_params,

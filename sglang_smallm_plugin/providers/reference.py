@@ -4,7 +4,7 @@ only when SGLANG_SMALLM_REFERENCE=1 asks for it explicitly. Never chosen silentl
 import torch
 
 from .. import envs, reference
-from ..calls import AITER_SORT, FP8_BLOCK128, MXFP4, SHUFFLE16, MoeCall, SortCall, SortOutput
+from ..calls import AITER_SORT, FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16, MoeCall, SortCall, SortOutput
 
 
 class ReferenceMoeProvider:
@@ -24,6 +24,8 @@ class ReferenceMoeProvider:
             return False, why
         if call.weight_format not in (FP8_BLOCK128, MXFP4):
             return False, f"weight format {call.weight_format} has no reference"
+        if call.layout not in (ROW_MAJOR, SHUFFLE16):
+            return False, f"weight layout {call.layout} has no reference (row-major or AITER (16,16) shuffle only)"
         if not (call.activation == "silu" and call.is_gated) or call.has_bias or call.swiglu_params:
             return False, "reference covers gated SiLU without bias or swiglu limits only"
         if call.has_expert_mask or call.apply_router_weight_on_input or call.no_combine:

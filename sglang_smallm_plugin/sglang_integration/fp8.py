@@ -33,9 +33,11 @@ def around_process_weights_after_loading(original, self, layer, *args, **kwargs)
     core = smallm_core_of(self)
     if core is None:
         return original(self, layer, *args, **kwargs)
-    with presenting(self, core.fallback_runner, core.fallback_backend):
-        result = original(self, layer, *args, **kwargs)
+    from .layout_check import processed_and_checked
     from .weights import prepare_workspace
+
+    with presenting(self, core.fallback_runner, core.fallback_backend):
+        result = processed_and_checked(core, layer, FP8_BLOCK128, lambda: original(self, layer, *args, **kwargs))
 
     prepare_workspace(layer)
     return result

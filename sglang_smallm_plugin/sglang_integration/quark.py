@@ -62,11 +62,12 @@ def around_process_weights_after_loading(original, self, layer, *args, **kwargs)
     core = smallm_core_of(self)
     if core is None:
         return original(self, layer, *args, **kwargs)
+    from .layout_check import processed_and_checked
     from .weights import prepare_workspace
 
     if core.fallback_runner is not None:
         with presenting(self, core.fallback_runner, core.fallback_backend):
-            result = original(self, layer, *args, **kwargs)
+            result = processed_and_checked(core, layer, MXFP4, lambda: original(self, layer, *args, **kwargs))
         prepare_workspace(layer)
         return result
     # No AITER: SGLang's own method would call AITER's shuffles; keep the checkpoint layout instead.

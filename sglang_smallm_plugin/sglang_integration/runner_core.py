@@ -80,6 +80,7 @@ def make_core_class():
             self.fallback_backend = None
             self.fallback_unavailable = None  # reason, when there is no fallback at all
             self.weight_format = None
+            self.weight_layout = None  # from the weights' bytes after SGLang's processing (layout_check); None: the flag
             self.selector = None
 
         @property
@@ -97,7 +98,7 @@ def make_core_class():
             self.selector = MoeSelector(name)
 
         def describe(self, dispatch_output, quant_info, runner_config) -> MoeCall:
-            return describe_call(dispatch_output, quant_info, runner_config, self.weight_format)
+            return describe_call(dispatch_output, quant_info, runner_config, self.weight_format, self.weight_layout)
 
         def run_from_dispatch(self, dispatch_output, quant_info, runner_config, hooks=None):
             from sglang.srt.layers.moe.token_dispatcher.standard import StandardCombineInput
@@ -152,8 +153,9 @@ def _first(*vals):
     return None
 
 
-def describe_call(dispatch_output, quant_info, config, weight_format) -> MoeCall:
-    """SGLang dispatch output + quant info (Triton's, AITER's or ours) + runner config -> MoeCall."""
+def describe_call(dispatch_output, quant_info, config, weight_format, weight_layout=None) -> MoeCall:
+    """SGLang dispatch output + quant info (Triton's, AITER's or ours) + runner config -> MoeCall. The layout is
+    `weight_layout` where the bytes decided it (layout_check), else SGLang's is_shuffled flag on w13."""
     from sglang.srt.layers.moe.topk import TopKOutputChecker
 
     topk = dispatch_output.topk_output
@@ -176,7 +178,7 @@ def describe_call(dispatch_output, quant_info, config, weight_format) -> MoeCall
         x=x, w13=w13, w2=w2,
         w13_scale=getattr(quant_info, "w13_scale", None), w2_scale=getattr(quant_info, "w2_scale", None),
         topk_weights=tw, topk_ids=ti, weight_format=fmt,
-        layout=SHUFFLE16 if getattr(w13, "is_shuffled", False) else ROW_MAJOR,
+        layout=weight_layout or (SHUFFLE16 if getattr(w13, "is_shuffled", False) else ROW_MAJOR),
         activation=config.activation, is_gated=config.is_gated,
         has_bias=_first(getattr(quant_info, "b13", None), getattr(quant_info, "b2", None)) is not None,
         has_expert_mask=getattr(quant_info, "expert_mask", None) is not None,
