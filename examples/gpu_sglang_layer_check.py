@@ -11,7 +11,9 @@ with SMALLM_CHECK_FORMAT=mxfp4, the Quark W4A4 MXFP4 scheme. Checks, per token c
     (SMALLM_CHECK_GRAPH=0 skips this);
   - with SMALLM_CHECK_COMPILE=1, with the plugin's kernels on, the layer's call under torch.compile (inductor,
     dynamic=False, as SGLang's --enable-torch-compile compiles its forward per batch size), eagerly and then
-    captured in a CUDA graph and replayed: bit-identical to the eager call.
+    captured in a CUDA graph and replayed: bit-identical to the eager call;
+  - FP8, unless SMALLM_CHECK_SHUFFLED=0: a layer whose processing leaves AITER's (16,16) shuffle without the
+    is_shuffled flag: the layout read from the bytes, the kernel within the tolerance on those weights.
 Where a path cannot run on the machine (the H200 image has no sgl_kernel: SGLang's Triton runner on CUDA
 calls its silu_and_mul, moe_align_block_size and moe_sum_reduce, which our import-only stub raises on;
 the Quark MXFP4 scheme's own path is AITER's, ROCm only), that check is reported as "not runnable here"
@@ -164,12 +166,48 @@ def check_compile(T, c):
            f"{head}: compiled call bit-identical to the eager call: {same}; in a CUDA graph: {same_graph}")
 
 
+SHUFFLED = os.environ.get("SMALLM_CHECK_SHUFFLED", "1") != "0"
+
+
+def check_shuffled():
+    """Another smallm layer whose processing (through the plugin's hook) ends with the weights in AITER's (16,16)
+    shuffle and no is_shuffled flag, as SGLang 0.5.23's FP8 path for FP4 experts dequantised to FP8 leaves them on
+    gfx950: the plugin must read the layout from the bytes (layout_check) and the compiled kernel, reading the
+    shuffled weights inside SGLang's layer, must stay within the tolerance. FP8 only (the Quark MXFP4 scheme has
+    no such processing on CUDA); calls the gate sends to the fallback are not run (Triton reads row-major)."""
+    from sglang_smallm_plugin import reference as R
+    from sglang_smallm_plugin.calls import SHUFFLE16
+    from sglang_smallm_plugin.sglang_integration import fp8 as fp8_hooks
+
+    lyr = H.build_layer(shape, FMT, {k: v.clone() for k, v in w.items()}, device=DEV, layer_id=2)
+    method = H.moe_method(lyr)
+
+    def aiter_shuffle_without_flag(self, target):
+        for name in ("w13_weight", "w2_weight"):
+            p = getattr(target, name)
+            p.data = R.shuffle_weight(p.data)
+
+    fp8_hooks.around_process_weights_after_loading(aiter_shuffle_without_flag, method, lyr)
+    got = method.runner.runner_core.weight_layout
+    record("pass" if got == SHUFFLE16 else "fail", f"shuffled without the flag: layout read from the bytes: {got}")
+    for T, c in calls.items():
+        d = H.decide(lyr, c)
+        if not d.is_kernel:
+            continue
+        out, _ = run(lyr, c)
+        err = rel_l2(out.float(), reference_of(c).float())
+        record("pass" if err <= TOL else "fail", f"shuffled without the flag T={T} path={d.path}: kernel reading "
+               f"AITER's layout inside SGLang's layer, rel_err {err:.2e} (tol {TOL:g})")
+
+
 for T, c in calls.items():
     check_call(T, c, "")
     if GRAPH and DEV == "cuda":
         check_graph(T, c, "")
     if COMPILE and DEV == "cuda":
         check_compile(T, c)
+if SHUFFLED and FMT == "fp8_block128":
+    check_shuffled()
 os.environ["SGLANG_ROCM_SMALLM_MOE"] = "0"
 for T, c in calls.items():
     d = check_call(T, c, "SGLANG_ROCM_SMALLM_MOE=0 ")

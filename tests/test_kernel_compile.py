@@ -327,13 +327,44 @@ def test_rocm_install_build_op_file_compiles_against_rocm_torch_headers(tmp_path
 
     hipified = _hipify_like_torch(tmp_path / "build")
     torch_inc = _rocm_torch_include(tmp_path / "rocm_torch_include")
+    _op_file_type_check(hipified["smallm_ops.cpp"], torch_inc, ROCM_HEADERS, *ce.COMMON_HIP_FLAGS,
+                        '-DSMALLM_BUILD_ARCH="gfx950"')
+
+
+def _op_file_type_check(src, torch_inc, runtime_inc, *flags):
+    """`src` (the op file) through the host C++ compiler as CUDAExtension compiles it, with setup.py's cxx flags
+    (-O3 -std=c++20), `flags`, torch's include paths and the GPU runtime's headers; -Wall -Wextra -Werror on
+    the package's code (torch's and the runtime's headers as system headers)."""
+    torch_inc = pathlib.Path(torch_inc)
     py_inc = __import__("sysconfig").get_paths()["include"]
-    cmd = ["c++", "-fsyntax-only", *ce.COMMON_HIP_FLAGS, "-O3", "-std=c++20", '-DSMALLM_BUILD_ARCH="gfx950"',
-           "-Wall", "-Wextra", "-Werror", f"-I{hipified['smallm_ops.cpp'].parent}",
+    cmd = ["c++", "-fsyntax-only", *flags, "-O3", "-std=c++20", "-Wall", "-Wextra", "-Werror", f"-I{src.parent}",
            "-isystem", str(torch_inc), "-isystem", str(torch_inc / "torch" / "csrc" / "api" / "include"),
-           "-isystem", str(ROCM_HEADERS), "-isystem", py_inc, str(hipified["smallm_ops.cpp"])]
+           "-isystem", str(runtime_inc), "-isystem", py_inc, str(src)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, " ".join(cmd) + "\n" + r.stderr[-4000:]
+
+
+def _cuda_include():
+    """The CUDA toolkit's runtime headers (where torch's CUDAExtension looks: CUDA_HOME, CUDA_PATH,
+    /usr/local/cuda, beside nvcc), or None."""
+    nvcc = _nvcc()
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda",
+             str(pathlib.Path(nvcc).resolve().parent.parent) if nvcc else None]
+    for home in filter(None, homes):
+        inc = pathlib.Path(home) / "include"
+        if (inc / "cuda_runtime_api.h").exists():
+            return inc
+    return None
+
+
+@pytest.mark.skipif(_cuda_include() is None, reason="no CUDA toolkit headers (CUDA_HOME, /usr/local/cuda, beside nvcc) on this machine")
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no host C++ compiler (c++)")
+def test_cuda_install_build_op_file_type_checks():
+    """The op file as the CUDA install compiles it (host compiler, torch's CUDA headers), warnings as errors."""
+    import torch
+
+    _op_file_type_check(HIP / "smallm_ops.cpp", pathlib.Path(torch.__file__).parent / "include", _cuda_include(),
+                        '-DSMALLM_BUILD_ARCH="sm_90a"')
 
 
 def _ptx_entries(text):
