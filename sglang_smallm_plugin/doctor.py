@@ -42,6 +42,9 @@ def main(a) -> int:
         from .sglang_integration.sort import aiter_wrapper_status
 
         _line("AITER sort wrapper", aiter_wrapper_status())
+        from .sglang_integration.upstream_smallm import status as upstream_status
+
+        _line("SGLang's own small-M kernel", upstream_status())
     print("Device")
     info = kernels.device_info()
     _line("device", f"{info.name} ({info.kind}, arch {info.arch})")
