@@ -106,26 +106,33 @@ def call_weight_bytes(topk_ids, shape, weight_format, parts) -> int:
     return total * shape.expert_bytes(weight_format)
 
 
-def fallback_timer(shape, weight_format, weights, device):
-    """SGLang's FusedMoE layers over the bench's row-major weight copies, timed with the kernels off
-    (sglang_integration/fallback_timing.py)."""
+def fallback_timer(shape, weight_format, weights, device, mode="off"):
+    """SGLang's FusedMoE layers over the bench's row-major weight copies, timed with the kernels off (mode
+    "off") or with the plugin handing every call over ("shipped"; sglang_integration/fallback_timing.py)."""
     from .sglang_integration.fallback_timing import FallbackTimer
 
-    return FallbackTimer(shape, weight_format, weights, device)
+    return FallbackTimer(shape, weight_format, weights, device, mode)
 
 
-def time_fallback(rows, calls_of, timer, echo) -> None:
-    """Each row's fallback_us and fallback_note from the timer (rows of one shape); a line per token count
+def sglang_ships_its_own_kernel() -> bool:
+    """SGLang's own gfx950 small-M kernel is enabled here (sglang_integration/upstream_smallm.py)."""
+    from .sglang_integration.upstream_smallm import enabled_here
+
+    return enabled_here()
+
+
+def time_fallback(rows, calls_of, timer, echo, key="fallback", label="fallback") -> None:
+    """Each row's <key>_us and <key>_note from the timer (rows of one shape); a line per token count
     with a time, the reason once where there is none."""
     said = False
     for row in rows:
         us, note = timer.time_us(calls_of[row["tokens"]])
-        row.update(fallback_us=us, fallback_note=note)
+        row.update({f"{key}_us": us, f"{key}_note": note})
         if us is not None:
-            echo(f"{row['shape']:14} {row['format']:12} {row['layout']:12} T={row['tokens']:3d} fallback {us:7.1f} us "
+            echo(f"{row['shape']:14} {row['format']:12} {row['layout']:12} T={row['tokens']:3d} {label} {us:7.1f} us "
                  f"({us / row['kernel_us']:4.2f}x the kernel's)  [{note}]")
         elif not said:
-            echo(f"{row['shape']:14} {row['format']:12} fallback: no time here ({note})")
+            echo(f"{row['shape']:14} {row['format']:12} {label}: no time here ({note})")
             said = True
 
 
@@ -162,7 +169,7 @@ def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda
                    kernel_us=us, roofline_us=roof, frac_roofline=roof / us,
                    read_floor_us=floor, over_floor=us / floor, read_floor_2launch_us=floor2,
                    read_floor_2dep_us=floor2d, over_floor_2dep=us / floor2d, in_cap=t <= cap, fallback_us=None,
-                   fallback_note="", kernels=plan)
+                   fallback_note="", shipped_us=None, shipped_note="", kernels=plan)
         rows.append(row)
         echo(f"{shape.name:14} {weight_format:12} {layout:12} T={t:3d} distinct={nd:6.1f} {nbytes / 1e6:8.1f} MB "
              f"kernel {us:7.1f} us  read floor {floor:7.1f} us ({us / floor:4.2f}x)  roofline {roof:7.1f} us  "
@@ -172,6 +179,9 @@ def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda
              + f"{'' if t <= cap else '  (above cap)'}  [{plan}]")
     if fallback and layout == ROW_MAJOR:
         time_fallback(rows, calls_of, fallback_timer(shape, weight_format, weights, device), echo)
+        if sglang_ships_its_own_kernel():  # ROCm: the switch above also turned SGLang's own small-M kernel off
+            time_fallback(rows, calls_of, fallback_timer(shape, weight_format, weights, device, "shipped"), echo,
+                          key="shipped", label="SGLang as shipped")
     del weights, flats, calls_of
     torch.cuda.empty_cache()
     return rows
@@ -235,16 +245,22 @@ def run(shapes=("qwen35-tp4", "qwen35-tp8"), formats=(FP8_BLOCK128,), layouts=(R
     plot(rows, os.path.join(out_dir, "bench.png"))
     dependent = ("as a programmatic dependent" if torch.version.hip is None
                  else "again stream-ordered (ROCm: no programmatic dependent launch)")
+    shipped = any(r["shipped_us"] is not None or r["shipped_note"] for r in rows)
     echo(f"\n(two-launch floors: W13, then W2 in a second launch, stream-ordered / {dependent})")
+    if shipped:
+        echo("(fallback: SGLang's runner with SGLANG_ROCM_SMALLM_MOE=0, which also turns off SGLang's own small-M "
+             "kernel; SGLang as shipped: the same layer with that kernel on, the plugin handing every call over)")
     echo("(calls: the launcher's calls for one; weights read: by those calls, over the floor's, which reads each "
          "expert once)")
     echo("| shape | format | layout | T | distinct | MB | kernel µs | read floor µs | kernel / floor | roofline µs | "
-         "of roofline | two-launch floors µs | kernel / dependent floor | calls | weights read | fallback µs |")
-    echo("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+         "of roofline | two-launch floors µs | kernel / dependent floor | calls | weights read | fallback µs |"
+         + (" SGLang as shipped µs |" if shipped else ""))
+    echo("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if shipped else ""))
     for r in rows:
         echo(f"| {r['shape']} | {r['format']} | {r['layout']} | {r['tokens']} | {r['distinct']:.1f} | {r['mbytes']:.1f} | "
              f"{r['kernel_us']:.1f} | {r['read_floor_us']:.1f} | {r['over_floor']:.2f}x | {r['roofline_us']:.1f} | "
              f"{r['frac_roofline']:.0%} | {r['read_floor_2launch_us']:.1f} / {r['read_floor_2dep_us']:.1f} | "
              f"{r['over_floor_2dep']:.2f}x | {r['calls']} | {r['calls_weight_mbytes'] / r['floor_weight_mbytes']:.2f}x | "
-             f"{'-' if r['fallback_us'] is None else format(r['fallback_us'], '.1f')} |")
+             f"{'-' if r['fallback_us'] is None else format(r['fallback_us'], '.1f')} |"
+             + (f" {'-' if r['shipped_us'] is None else format(r['shipped_us'], '.1f')} |" if shipped else ""))
     return rows

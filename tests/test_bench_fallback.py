@@ -67,3 +67,48 @@ def test_no_fallback_timing_for_other_layouts_or_when_asked(cpu_bench, monkeypat
                                  device="cpu", echo=lambda s: None, fallback=fallback)
         assert rows[0]["fallback_us"] is None and rows[0]["fallback_note"] == ""
     assert built == []
+
+
+def test_where_sglang_ships_its_own_small_m_kernel_the_bench_times_sglang_as_shipped_too(cpu_bench, monkeypatch):
+    """ROCm with SGLang's own gfx950 small-M kernel enabled (stand-in here): SGLANG_ROCM_SMALLM_MOE=0 turns that
+    kernel off too, so the fallback column is AITER alone; the bench also times SGLang as shipped, the same layer
+    with the plugin handing every call over (SGLANG_SMALLM_MAX_TOKENS=0) and SGLang's switch on."""
+    from sglang_smallm_plugin import envs
+    from sglang_smallm_plugin.sglang_integration import fallback_timing
+
+    seen = []
+    monkeypatch.setattr(cpu_bench, "forward", lambda layer, x, w, ids: seen.append(
+        (envs.KERNELS.enabled(), envs.MAX_TOKENS.get(), x.shape[0])))
+    times = iter([42.0, 30.0])
+    monkeypatch.setattr(fallback_timing, "graph_us", lambda body, launches: (body(), next(times))[1])
+    monkeypatch.setattr(bench, "sglang_ships_its_own_kernel", lambda: True)
+    # as on a GPU, where the reference provider does not serve: the compiled kernel's gate decides (on CPU it
+    # cannot serve, so its reason is the device's, and both timers' layers take their fallback)
+    from sglang_smallm_plugin.providers.reference import ReferenceMoeProvider
+
+    monkeypatch.setattr(ReferenceMoeProvider, "supports", lambda self, call: (False, "GPU stand-in"))
+    lines = []
+    rows = bench.bench_shape(shape_by_name(SHAPE), "fp8_block128", "row_major", [2], bw=4e12, copies=2,
+                             device="cpu", echo=lines.append)
+    assert rows[0]["fallback_us"] == 42.0 and rows[0]["shipped_us"] == 30.0
+    assert rows[0]["shipped_note"] == "fallback:triton, CUDA graph"  # the plugin's gate handed the call over
+    assert seen == [(False, "", 2)] * 2 + [(True, "0", 2)] * 2  # kernels off, then on with the plugin's cap at 0
+    assert envs.KERNELS.enabled() and envs.MAX_TOKENS.get() == ""
+    assert "T=  2 SGLang as shipped    30.0 us (0.30x the kernel's)" in lines[-1]
+
+
+def test_bench_table_has_the_shipped_column_only_where_it_was_timed(cpu_bench, monkeypatch, tmp_path):
+    monkeypatch.setattr(bench, "copy_bandwidth", lambda: 4e12)
+    monkeypatch.setattr(kernels, "require_gpu_kernels", lambda *a: kernels.DeviceInfo("cuda", "stub", "sm_90"))
+    monkeypatch.setattr(bench, "bench_shape", lambda shape, fmt, layout, tokens, bw, **k: [dict(
+        shape=shape.name, format=fmt, layout=layout, tokens=1, distinct=1.0, mbytes=1.0, kernel_us=10.0,
+        read_floor_us=8.0, over_floor=1.25, roofline_us=5.0, frac_roofline=0.5, read_floor_2launch_us=9.0,
+        read_floor_2dep_us=9.5, over_floor_2dep=1.05, calls=1, calls_weight_mbytes=1.0, floor_weight_mbytes=1.0,
+        fallback_us=20.0, fallback_note="x", shipped_us=shipped, shipped_note="y" if shipped else "")])
+    for shipped in (None, 15.0):
+        lines = []
+        bench.run(shapes=("qwen35-tp4",), tokens=(1,), out_dir=str(tmp_path), echo=lines.append)
+        header = next(ln for ln in lines if ln.startswith("| shape |"))
+        row = next(ln for ln in lines if ln.startswith("| qwen35-tp4 |"))
+        assert header.endswith("| fallback µs | SGLang as shipped µs |" if shipped else "| fallback µs |")
+        assert row.endswith("| 20.0 | 15.0 |" if shipped else "| 20.0 |")

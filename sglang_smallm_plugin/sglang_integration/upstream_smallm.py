@@ -37,3 +37,14 @@ def status() -> str:
                 f"hipcc; SGLang logs which)")
     return (f"enabled ({caps}): SGLang's AITER runner, this plugin's fallback, runs it for calls handed over "
             f"inside those caps and shapes (none at the default caps); SGLANG_ROCM_SMALLM_MOE=0 turns it off too")
+
+
+def enabled_here() -> bool:
+    """SGLang's own kernel is in this SGLang and enabled on this machine (so SGLang as shipped differs from its
+    fallback with SGLANG_ROCM_SMALLM_MOE=0, and `bench` times both)."""
+    if not (torch.version.hip and torch.cuda.is_available()):
+        return False
+    try:
+        return bool(importlib.import_module(MODULE).smallm_moe_enabled())
+    except Exception:  # noqa: BLE001 - absent or failing: not enabled
+        return False
