@@ -2,8 +2,9 @@
 `--moe-runner-backend smallm` by layer_harness, run with SGLANG_ROCM_SMALLM_MOE=0, so every call takes the
 runner SGLang would use without the plugin (AITER on ROCm, Triton on CUDA); on ROCm that switch also turns off
 SGLang's own small-M kernel (upstream_smallm.py), so where that kernel is enabled the bench also times SGLang as
-shipped: the plugin's gate handing every call over (SGLANG_SMALLM_MAX_TOKENS=0), SGLang's switch left on. One layer per weight copy, the
-calls rotated among them in one CUDA graph as the kernel's are, so neither path finds its weights in L2.
+shipped: the plugin's gate handing every call over (SGLANG_SMALLM_MAX_TOKENS=0), SGLang's switch left on. One
+layer per weight copy, the calls rotated among them in one CUDA graph as the kernel's are, so neither path finds
+its weights in L2.
 
 Where the fallback cannot run on this machine (no SGLang, a scheme SGLang does not run here, a runner
 that cannot be captured or called), the bench gets the reason instead of a time; it never fails for it.
