@@ -21,6 +21,14 @@ FORMATS = ["fp8_block128", "mxfp4"]
 SCALES = {"fp8_block128": ("w13_weight_scale_inv", "w2_weight_scale_inv"), "mxfp4": ("w13_weight_scale", "w2_weight_scale")}
 
 
+
+@pytest.fixture(autouse=True)
+def _fresh_log_record(monkeypatch):
+    """The layout finding is logged once per process for all layers that share it: each test starts afresh."""
+    from sglang_smallm_plugin import runner
+
+    monkeypatch.setattr(runner, "_logged", set())
+
 def _aiter_like(layer, fmt, *, shuffle=True, flag=True):
     """What SGLang's AITER paths do on gfx950: AITER's (16,16) shuffle of both weights, for MXFP4 also
     e8m0_shuffle of the scales (viewed per expert back), and (on most paths) is_shuffled on the parameters."""
@@ -196,3 +204,14 @@ def test_mxfp4_scales_decide_where_the_weights_cannot(sglang_smallm, monkeypatch
                               zero=True)
     assert _core(sglang_smallm, layer).weight_layout == ROW_MAJOR
     assert "is_shuffled flag says shuffle16x16" in caplog.text
+
+
+def test_the_finding_is_logged_once_for_all_layers_that_share_it(sglang_smallm, caplog):
+    """A model's MoE layers share their layout: one line at startup, not one per layer."""
+    from sglang_smallm_plugin.testdata import make_weights
+
+    w = make_weights(SMALL, "fp8_block128", "row_major", 2, "cpu")
+    with caplog.at_level("INFO", logger="sglang_smallm"):
+        layers = [sglang_smallm.build_layer(SMALL, "fp8_block128", w, layer_id=i) for i in (350, 351, 352)]
+    assert all(_core(sglang_smallm, lyr).weight_layout == ROW_MAJOR for lyr in layers)
+    assert caplog.text.count("weights read as row_major") == 1 and "layer 350 weights read as" in caplog.text

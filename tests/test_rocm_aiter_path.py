@@ -25,6 +25,14 @@ from sglang_smallm_plugin.tolerances import TOLERANCES, rel_l2
 SHAPE = MoeShape("small", 256, 9, 4, 128, 1)
 
 
+
+@pytest.fixture(autouse=True)
+def _fresh_log_record(monkeypatch):
+    """The layout finding is logged once per process for all layers that share it: each test starts afresh."""
+    from sglang_smallm_plugin import runner
+
+    monkeypatch.setattr(runner, "_logged", set())
+
 class ActivationType(enum.Enum):
     Silu = "Silu"
     Swiglu = "Swiglu"

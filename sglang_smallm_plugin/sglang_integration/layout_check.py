@@ -13,6 +13,7 @@ makes the layout "unrecognised" (the gate then sends every call of the layer to 
 two (bytes that look the same both ways, e.g. all zeros) leave SGLang's flag to decide, and say so.
 """
 
+import logging
 from dataclasses import dataclass
 from typing import Optional
 
@@ -106,10 +107,10 @@ def flag_layout(layer) -> str:
 
 def processed_and_checked(core, layer, weight_format: str, process):
     """Run SGLang's processing (`process()`), then record on the runner core the layout its calls are read in
-    (`core.weight_layout`, None: SGLang's flag decides) and log it once for the layer. Returns process()'s result."""
-    import logging
+    (`core.weight_layout`, None: SGLang's flag decides) and log the finding, once per process for all the layers
+    that share it (a model's layers do: one line, not one per layer). Returns process()'s result."""
+    from ..runner import log_once
 
-    logger = logging.getLogger("sglang_smallm")
     loaded = snapshot(layer, weight_format)
     result = process()
     verdict = verify(layer, weight_format, loaded)
@@ -117,14 +118,17 @@ def processed_and_checked(core, layer, weight_format: str, process):
     core.weight_layout = verdict.layout
     lid = getattr(getattr(core, "config", None), "layer_id", None)
     where = f"layer {lid}" if lid is not None else "layer"
+    once = "; said once for every layer with this finding"
+    key = ("weight layout", weight_format, verdict.layout, flag, verdict.how)
     if verdict.layout is None:
-        logger.info("sglang-smallm: %s weights read as %s (SGLang's is_shuffled flag): %s", where, flag, verdict.how)
+        log_once(key, "sglang-smallm: %s weights read as %s (SGLang's is_shuffled flag): %s%s", where, flag,
+                 verdict.how, once)
     elif verdict.layout.startswith(UNRECOGNISED):
-        logger.warning("sglang-smallm: %s: %s; every call of this layer goes to the fallback (the kernel reads "
-                       "row-major or AITER's (16,16) shuffle only)", where, verdict.layout)
+        log_once(key, "sglang-smallm: %s: %s; every call of this layer goes to the fallback (the kernel reads "
+                 "row-major or AITER's (16,16) shuffle only)%s", where, verdict.layout, once, level=logging.WARNING)
     elif verdict.layout != flag:
-        logger.warning("sglang-smallm: %s: SGLang's is_shuffled flag says %s but %s: the kernel reads them as %s",
-                       where, flag, verdict.how, verdict.layout)
+        log_once(key, "sglang-smallm: %s: SGLang's is_shuffled flag says %s but %s: the kernel reads them as %s%s",
+                 where, flag, verdict.how, verdict.layout, once, level=logging.WARNING)
     else:
-        logger.info("sglang-smallm: %s weights read as %s (%s)", where, verdict.layout, verdict.how)
+        log_once(key, "sglang-smallm: %s weights read as %s (%s)%s", where, verdict.layout, verdict.how, once)
     return result
