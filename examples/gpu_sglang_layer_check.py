@@ -1,10 +1,12 @@
-"""SGLang's own FusedMoE on a GPU with --moe-runner-backend smallm, and the same layer with
---moe-runner-backend triton, built from the same weights: FP8 block-scale (Fp8Config, the default) or,
+"""SGLang's own FusedMoE on a GPU with --moe-runner-backend smallm, and the same layer with the backend its
+fallback is (triton on CUDA, aiter on ROCm; SMALLM_CHECK_PEER overrides), built from the same weights: FP8
+block-scale (Fp8Config, the default) or,
 with SMALLM_CHECK_FORMAT=mxfp4, the Quark W4A4 MXFP4 scheme. Checks, per token count:
   - calls the gate sends to the kernel: the compiled kernel ran inside SGLang's layer, within the
     format's tolerance of the reference;
-  - calls it sends to the fallback: bit-identical to the triton backend's layer;
-  - SGLANG_ROCM_SMALLM_MOE=0: every call decided for the fallback, and bit-identical to triton;
+  - calls it sends to the fallback: bit-identical to that backend's layer (on ROCm with SGLANG_ROCM_SMALLM_MOE
+    as the call has it, since it also switches SGLang's own small-M kernel in the AITER runner);
+  - SGLANG_ROCM_SMALLM_MOE=0: every call decided for the fallback, and bit-identical to that backend's layer;
   - both ways, the layer captured in a CUDA graph (as SGLang's decode runs it: the runner's Python code,
     the gate and, for calls over 20 tokens, the split run during the capture) on other inputs, the call's
     inputs copied in and the output poisoned, then replayed: bit-identical to the eager call
@@ -12,8 +14,8 @@ with SMALLM_CHECK_FORMAT=mxfp4, the Quark W4A4 MXFP4 scheme. Checks, per token c
   - with SMALLM_CHECK_COMPILE=1, with the plugin's kernels on, the layer's call under torch.compile (inductor,
     dynamic=False, as SGLang's --enable-torch-compile compiles its forward per batch size), eagerly and then
     captured in a CUDA graph and replayed: bit-identical to the eager call;
-  - FP8, unless SMALLM_CHECK_SHUFFLED=0: a layer whose processing leaves AITER's (16,16) shuffle without the
-    is_shuffled flag: the layout read from the bytes, the kernel within the tolerance on those weights.
+  - FP8 where SGLang leaves the weights row-major (CUDA), unless SMALLM_CHECK_SHUFFLED=0: a layer whose processing
+    leaves AITER's (16,16) shuffle without the is_shuffled flag: the layout read from the bytes, the kernel within the tolerance on those weights.
 Where a path cannot run on the machine (the H200 image has no sgl_kernel: SGLang's Triton runner on CUDA
 calls its silu_and_mul, moe_align_block_size and moe_sum_reduce, which our import-only stub raises on;
 the Quark MXFP4 scheme's own path is AITER's, ROCm only), that check is reported as "not runnable here"
@@ -60,36 +62,46 @@ def run(layer, c):
         raise
 
 
-H.setup("triton")
+# The backend the smallm layer's fallback is: Triton on CUDA, AITER on ROCm (SMALLM_CHECK_PEER overrides). Its
+# layer's outputs are taken with SGLANG_ROCM_SMALLM_MOE as each comparison below has it: on ROCm that switch also
+# turns SGLang's own small-M kernel in the AITER runner on or off (README, Disable); on CUDA the two are the same.
+PEER = os.environ.get("SMALLM_CHECK_PEER", "aiter" if torch.version.hip else "triton")
+H.setup(PEER)
 try:
-    triton_layer = H.build_layer(shape, FMT, {k: v.clone() for k, v in w.items()}, device=DEV)
-    out_triton = {T: run(triton_layer, c) for T, c in calls.items()}
-    for T, c in calls.items():  # the comparison below needs SGLang's own path to repeat itself
-        again, _ = run(triton_layer, c)
-        if out_triton[T][0] is not None and again is not None and not torch.equal(out_triton[T][0], again):
-            record("fail", f"T={T}: the triton backend's layer gave different bits on a second call")
+    peer_layer = H.build_layer(shape, FMT, {k: v.clone() for k, v in w.items()}, device=DEV)
+    out_peer = {}
+    for switch in ("1", "0"):
+        os.environ["SGLANG_ROCM_SMALLM_MOE"] = switch
+        out_peer[switch] = {T: run(peer_layer, c) for T, c in calls.items()}
+        for T, c in calls.items():  # the comparison below needs SGLang's own path to repeat itself
+            again, _ = run(peer_layer, c)
+            first = out_peer[switch][T][0]
+            if first is not None and again is not None and not torch.equal(first, again):
+                record("fail", f"T={T}: the {PEER} backend's layer gave different bits on a second call")
+    os.environ.pop("SGLANG_ROCM_SMALLM_MOE")
 except Exception as e:  # noqa: BLE001 - e.g. a scheme whose own path is ROCm's: reported, not raised
-    print(f"the triton-backend layer cannot run here: {type(e).__name__}: {e}", flush=True)
-    out_triton = {T: (None, f"triton-backend layer: {type(e).__name__}: {e}") for T in calls}
+    os.environ.pop("SGLANG_ROCM_SMALLM_MOE", None)
+    print(f"the {PEER}-backend layer cannot run here: {type(e).__name__}: {e}", flush=True)
+    out_peer = {sw: {T: (None, f"{PEER}-backend layer: {type(e).__name__}: {e}") for T in calls} for sw in ("1", "0")}
 H.setup("smallm")
 layer = H.build_layer(shape, FMT, {k: v.clone() for k, v in w.items()}, device=DEV, layer_id=1)
-core = layer.quant_method.runner.runner_core
+core = H.moe_method(layer).runner.runner_core
 print("smallm runner:", type(core).__name__, "fallback:", core.fallback_backend.value, flush=True)
 
 
 def check_call(T, c, label):
     d = H.decide(layer, c)
     out, why = run(layer, c)
-    ref, ref_why = out_triton[T]
+    ref, ref_why = out_peer["0" if os.environ.get("SGLANG_ROCM_SMALLM_MOE") == "0" else "1"][T]
     head = f"{label}T={T} path={d.path} ({d.reason})"
     if d.is_kernel:
         err = rel_l2(out.float(), reference_of(c).float())
         record("pass" if err <= TOL else "fail", f"{head}: kernel inside SGLang's layer, rel_err {err:.2e} (tol {TOL:g})")
     elif why or ref_why:
-        record("not runnable here", f"{head}: fallback vs triton not compared: {why or ref_why}")
+        record("not runnable here", f"{head}: fallback vs {PEER} not compared: {why or ref_why}")
     else:
         same = torch.equal(out, ref)
-        record("pass" if same else "fail", f"{head}: bit-identical to the triton backend: {same}")
+        record("pass" if same else "fail", f"{head}: bit-identical to the {PEER} backend: {same}")
     return d
 
 
@@ -206,7 +218,7 @@ for T, c in calls.items():
         check_graph(T, c, "")
     if COMPILE and DEV == "cuda":
         check_compile(T, c)
-if SHUFFLED and FMT == "fp8_block128":
+if SHUFFLED and FMT == "fp8_block128" and core.weight_layout == "row_major":  # where SGLang left them row-major
     check_shuffled()
 os.environ["SGLANG_ROCM_SMALLM_MOE"] = "0"
 for T, c in calls.items():
