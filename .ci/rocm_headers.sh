@@ -20,9 +20,13 @@ debs=(
 )
 command -v dpkg-deb >/dev/null || { echo "rocm_headers: dpkg-deb is needed to unpack the .deb files" >&2; exit 1; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fetch() {  # fetch URL FILE: curl where there is one, else Python's urllib
+  if command -v curl >/dev/null; then curl -sSfL --max-time 120 -o "$2" "$1"
+  else python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "$1" "$2"; fi
+}
 for entry in "${debs[@]}"; do
   path=${entry% *}; sum=${entry#* }; file=$tmp/$(basename "$path")
-  curl -sSfL --max-time 120 -o "$file" "$pool/$path" \
+  fetch "$pool/$path" "$file" \
     || { echo "rocm_headers: could not fetch $pool/$path (superseded in trixie? take the new name and SHA256 from trixie's Packages index)" >&2; exit 1; }
   echo "$sum  $file" | sha256sum -c --quiet - || { echo "rocm_headers: SHA256 mismatch for $path" >&2; exit 1; }
   dpkg-deb -x "$file" "$tmp/root"
