@@ -18,17 +18,20 @@ enum WeightLayout : int { kRowMajor = 0, kShuffle16x16 = 1 };
 
 struct MoeArgs {
   const uint16_t* x;        // [T, D] bf16
-  const uint8_t* w13;       // [E, 2I, D bytes]   (fp8: D bytes, mxfp4: D/2 bytes per row)
-  const uint8_t* w2;        // [E, D, I bytes]
-  const void* s13;          // fp8: fp32 [E, 2I/128, D/128]; mxfp4: e8m0 [E, 2I, D/32]
-  const void* s2;           // fp8: fp32 [E, D/128, I/128];  mxfp4: e8m0 [E, D, I/32]
+  const uint8_t* w13;       // [E, 2Iw, D bytes]   (fp8: D bytes, mxfp4: D/2 bytes per row)
+  const uint8_t* w2;        // [E, D, Iw bytes]
+  const void* s13;          // fp8: fp32 [E, 2Iw/128, D/128]; mxfp4: e8m0 [E, 2Iw, D/32]
+  const void* s2;           // fp8: fp32 [E, D/128, Iw/128];  mxfp4: e8m0 [E, D, Iw/32]
   const float* topk_w;      // [T, K]
   const int32_t* topk_ids;  // [T, K]
   uint16_t* out;            // [T, D] bf16
   float* h;                 // workspace: phase-1 partials, h_words(D, I)
   float* y;                 // workspace [kMaxPairs, D]
   unsigned* sync;           // workspace counters, zero before the first call
-  int T, K, E, D, I;
+  int T, K, E, D, I;        // I: the intermediate size the call computes
+  int Iw;                   // the weights' intermediate: w13 holds 2 Iw rows (gate rows 0.., up rows Iw..), w2
+                            // Iw values along K, the scales likewise. Iw > I where SGLang padded I for AITER
+                            // (Quark MXFP4: zeros after each half), which the kernels then never read
   int nblocks;
   int x_prefetch;           // 1: copy the next phase-1 item's x slices during this one (default)
   unsigned pair_magic;      // PairToken: ceil(2^20 / K), set by smallm_moe_launch (a kernel parameter

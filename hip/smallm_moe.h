@@ -9,7 +9,7 @@
 //   prologue  every block derives, from topk_ids, the distinct experts in order of first
 //             occurrence and the (token, slot) pairs of each (in shared memory);
 //   phase 1   item (expert u, 16-row group g, K slice k): partial dot products of gate rows
-//             g*16.. and up rows I+g*16.. over one K slice -> part[pair, k, gate|up, rows]
+//             g*16.. and up rows Iw+g*16.. over one K slice -> part[pair, k, gate|up, rows]
 //   phase 2   item (expert u, row range r): h = silu(sum_k gate parts) * (sum_k up parts), staged
 //             in shared memory; y[pair, rows] = W2 rows . h; the block that completes the last
 //             slot of a token for that row range writes out[token, rows], summing slots in slot
@@ -366,8 +366,8 @@ SMALLM_DEV Geometry geometry(const MoeArgs& a) {
   g.ksplit = (g.nv1 + kSlice1 - 1) / kSlice1;
   g.g1 = a.I / 16;
   g.n1per = g.g1 * g.ksplit;
-  g.rowb2 = a.I / Format<Fmt>::kRowBytesDiv;
-  g.nv2 = g.rowb2 / 16;
+  g.rowb2 = a.Iw / Format<Fmt>::kRowBytesDiv;  // W2's stored row (Iw), of which the first I values are read
+  g.nv2 = a.I / Format<Fmt>::kRowBytesDiv / 16;
   int need = (g.nv2 + kV2 - 1) / kV2;
   g.tpr = 1;
   while (g.tpr < need) g.tpr <<= 1;
@@ -407,9 +407,9 @@ template <int Fmt, int Layout>
 SMALLM_DEV void phase1_loads(const MoeArgs& a, const Geometry& G, const Routing& R, int u, int grp, int ks, Loads& L) {
   const int t = thread_id(), r = t & 15, c = t >> 4;
   const int e = R.id[R.ulead[u]];
-  const int rows13 = 2 * a.I;
+  const int rows13 = 2 * a.Iw;
   const uint8_t* wb = a.w13 + (size_t)e * rows13 * G.rowb1;
-  const int rg = grp * 16 + r, ru = a.I + grp * 16 + r;
+  const int rg = grp * 16 + r, ru = a.Iw + grp * 16 + r;
   // kLoadsDrainInOrder (HIP): every load issued, a vector past the row's end taking the row's last (its
   // value unused: phase1_item skips it), so that no load sits under a guard (see kLoadsDrainInOrder).
 #pragma unroll
@@ -564,7 +564,7 @@ SMALLM_DEV void phase2_loads(const MoeArgs& a, const Geometry& G, const Routing&
 #pragma unroll
   for (int j = 0; j < kV2; ++j) {
     const int kvi = kp + G.tpr * j;
-    if (live && j < G.vpt && kvi < G.nv2) L.s[j] = F::template scale<Layout>(a.s2, e, a.D, a.I, row, kvi);
+    if (live && j < G.vpt && kvi < G.nv2) L.s[j] = F::template scale<Layout>(a.s2, e, a.D, a.Iw, row, kvi);
   }
 }
 

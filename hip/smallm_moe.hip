@@ -509,6 +509,7 @@ bool gateup_tma_fits(const smallm::MoeArgs& a) {
   if (!gateup_tma_mode() || !gateup_tma_device(sms, optin)) return false;
   if (a.T > kTmaMaxTokens || a.T * a.K > kTmaMaxPairs || a.E > kMaxExperts) return false;
   if (a.D % kTmaSlice || a.I % 128 || (long)a.E * 2 * a.I > 0x7fffffffL || gateup_tma_grid(a.D, sms) == 0) return false;
+  if (a.Iw != a.I) return false;  // the TMA maps address unpadded weights only: padded I takes the plain kernels
   if ((long)a.T * a.K * a.I + tma_partial_words(a.T, a.K, a.D, a.I) > h_words(a.D, a.I)) return false;
   if (tma_gateup_smem_bytes(a.T) > optin) return false;
   return reinterpret_cast<uintptr_t>(a.w13) % 16 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&

@@ -147,9 +147,9 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_kernel(MoeArgs a) {
   const PairToken ptok{a.pair_magic};
   auto issue = [&](int job, Loads& L) {
     const int u = job / tiles, tile = job - u * tiles;
-    const int row = (rr < kHalf ? 0 : a.I) + kHalf * tile + rr % kHalf;
+    const int row = (rr < kHalf ? 0 : a.Iw) + kHalf * tile + rr % kHalf;
     const int e = R.id[R.ulead[u]];
-    const uint8_t* wb = a.w13 + (size_t)e * 2 * a.I * rowb;
+    const uint8_t* wb = a.w13 + (size_t)e * 2 * a.Iw * rowb;
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
       const int kvi = t / kRows + kStep * j;
@@ -158,7 +158,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_gateup_kernel(MoeArgs a) {
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
       const int kvi = t / kRows + kStep * j;
-      if (kvi < nv) L.s[j] = F::template scale<Layout>(a.s13, e, 2 * a.I, a.D, row, kvi);
+      if (kvi < nv) L.s[j] = F::template scale<Layout>(a.s13, e, 2 * a.Iw, a.D, row, kvi);
     }
   };
   constexpr int kXv = F::kElems / 8;  // bf16 vectors of x per weight vector
@@ -694,17 +694,17 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
     // (examples/results "h200-ab17" run 2); FP8 divides: with JobExpert its one-team kernel was 8 %
     // slower at TP4 1 token (16.7 -> 18.1 us) and the rest level within 1.5 %.
     const int u = kFp4 ? JobExpert{a.tile_magic}(job) : job / tiles, tile = job - u * tiles;
-    const int row = (g < 4 ? 0 : a.I) + 4 * tile + (g & 3);                // A rows g, g + 8
+    const int row = (g < 4 ? 0 : a.Iw) + 4 * tile + (g & 3);               // A rows g, g + 8
     const int e = R.id[R.ulead[u]];
-    const uint8_t* wb = a.w13 + (size_t)e * 2 * a.I * rowb;
+    const uint8_t* wb = a.w13 + (size_t)e * 2 * a.Iw * rowb;
     if constexpr (Layout == kRowMajor) {
       // One base per job and constant offsets per step (step st = w + 8j: vector 4st + q of the row;
       // FP8 block scale st / 2 = w / 2 + 4j; MXFP4 e8m0 of vector 4st + q). These restate the
       // row-major cases of vec_offset and Format::scale / scale_byte in 32-bit, non-negative terms:
       // through those helpers the kernels' SASS differs (FP8: 24 more instructions, a signed division).
       const uint8_t* wp = wb + (size_t)row * rowb + (4 * w + q) * 16;
-      const float* sp = static_cast<const float*>(a.s13) + ((size_t)e * (2 * a.I / 128) + row / 128) * (a.D / 128) + w / 2;
-      const uint8_t* bp = static_cast<const uint8_t*>(a.s13) + ((size_t)e * 2 * a.I + row) * (a.D / 32) + 4 * w + q;
+      const float* sp = static_cast<const float*>(a.s13) + ((size_t)e * (2 * a.Iw / 128) + row / 128) * (a.D / 128) + w / 2;
+      const uint8_t* bp = static_cast<const uint8_t*>(a.s13) + ((size_t)e * 2 * a.Iw + row) * (a.D / 32) + 4 * w + q;
 #pragma unroll
       for (int j = 0; j < kJ; ++j) {
         if (w + kWarps * j < nsteps) {
@@ -722,9 +722,9 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
         if (st < nsteps) {
           L.v[j] = load_weights(wb + vec_offset<Layout>(row, 4 * st + q, rowb));
           if constexpr (kFp4)
-            L.b[j] = F::template scale_byte<Layout>(a.s13, e, 2 * a.I, a.D, row, 4 * st + q);
+            L.b[j] = F::template scale_byte<Layout>(a.s13, e, 2 * a.Iw, a.D, row, 4 * st + q);
           else
-            L.s[j] = F::template scale<Layout>(a.s13, e, 2 * a.I, a.D, row, 4 * st);
+            L.s[j] = F::template scale<Layout>(a.s13, e, 2 * a.Iw, a.D, row, 4 * st);
         }
       }
     }
@@ -838,7 +838,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
   float* ys = dsm;
   const bool staged = down_stages_h(N, a.I);
   float* hs = dsm + down_ys_floats(N, rb, nlmax);
-  const int rowb2 = a.I / F::kRowBytesDiv, nv2 = rowb2 / 16;
+  const int rowb2 = a.Iw / F::kRowBytesDiv, nv2 = a.I / F::kRowBytesDiv / 16;  // W2's stored row, its read part
   const int lr = lane % rb, cls = lane / rb, lpr = kWarp / rb;  // lane's row, K class, lanes per row
   build_routing(a, R);
   const int nd = R.nd, njobs = nloc * nd;
@@ -855,7 +855,7 @@ __global__ void SMALLM_TP_BOUNDS(2) smallm_down_kernel(MoeArgs a) {
 #pragma unroll
     for (int c = 0; c < kVecB; ++c) {
       const int kvi = cls + lpr * c;
-      if (kvi < nv2) L.s[c] = F::template scale<Layout>(a.s2, e, a.D, a.I, row, kvi);
+      if (kvi < nv2) L.s[c] = F::template scale<Layout>(a.s2, e, a.D, a.Iw, row, kvi);
     }
   };
   // This warp's jobs are w, w + kWarps, ...; the first kRingB are loaded before waiting for h.
@@ -1083,7 +1083,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
   const int nloc = down_owned_blocks(nrb, G, b);
   float* ys = dsm;
   float* hexp = ys + down_ys_floats(N, rb, down_local_blocks(nrb, G));
-  const int hst = down_mma_hstride(a.I, kLo8), nch = a.I / kCv, rowb2 = a.I / F::kRowBytesDiv;
+  const int hst = down_mma_hstride(a.I, kLo8), nch = a.I / kCv, rowb2 = a.Iw / F::kRowBytesDiv;
   float* tws = hexp + down_mma_exp_floats(N);
   uint16_t* hhi = reinterpret_cast<uint16_t*>(tws + down_mma_exp_floats(N));
   uint8_t* hlo8 = reinterpret_cast<uint8_t*>(hhi + N * hst);  // kLo8: lo as e5m2 (f16 lo: rows of hhi, stage_row)
@@ -1119,7 +1119,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
             const uint8_t* wp = wb + vec_offset<Layout>(row0 + g + 8 * r, 4 * c, rowb2) + 4 * q;
 #pragma unroll
             for (int v = 0; v < 4; ++v) L.v[r][c].w[v] = load_weight_word(wp + (Layout == kRowMajor ? 16 : 256) * v);
-            L.b[r][c] = F::template scale_word<Layout>(a.s2, e, a.D, a.I, row0 + g + 8 * r, 4 * c);
+            L.b[r][c] = F::template scale_word<Layout>(a.s2, e, a.D, a.Iw, row0 + g + 8 * r, 4 * c);
           }
         }
       }
@@ -1136,14 +1136,14 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_down_mma_kernel(MoeArgs a) {
 #pragma unroll
         for (int c = 0; c < kCh; ++c) {
           if (c < nch) {
-            L.b[0][0] |= F::template scale_byte<Layout>(a.s2, e, a.D, a.I, row0 + g, 4 * c + q) << (8 * c);
-            L.b[1][0] |= F::template scale_byte<Layout>(a.s2, e, a.D, a.I, row0 + g + 8, 4 * c + q) << (8 * c);
+            L.b[0][0] |= F::template scale_byte<Layout>(a.s2, e, a.D, a.Iw, row0 + g, 4 * c + q) << (8 * c);
+            L.b[1][0] |= F::template scale_byte<Layout>(a.s2, e, a.D, a.Iw, row0 + g + 8, 4 * c + q) << (8 * c);
           }
         }
       } else {
 #pragma unroll
         for (int kb = 0; kb < kCh / 2; ++kb)
-          if (c0 + 2 * kb < nch) L.s[kb] = F::template scale<Layout>(a.s2, e, a.D, a.I, row0, 4 * c0 + 8 * kb);
+          if (c0 + 2 * kb < nch) L.s[kb] = F::template scale<Layout>(a.s2, e, a.D, a.Iw, row0, 4 * c0 + 8 * kb);
       }
     }
   };

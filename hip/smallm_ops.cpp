@@ -19,7 +19,8 @@ void check(bool ok, const char* what) { TORCH_CHECK(ok, "sglang_smallm::moe_fuse
 
 void moe_fused(const at::Tensor& x, const at::Tensor& w13, const at::Tensor& w2, const at::Tensor& s13,
                const at::Tensor& s2, const at::Tensor& topk_w, const at::Tensor& topk_ids, at::Tensor& out,
-               at::Tensor& h, at::Tensor& y, at::Tensor& sync, int64_t fmt, int64_t layout, double out_scale) {
+               at::Tensor& h, at::Tensor& y, at::Tensor& sync, int64_t fmt, int64_t layout, double out_scale,
+               int64_t inter) {
   check(x.is_cuda() && w13.is_cuda() && w2.is_cuda() && s13.is_cuda() && s2.is_cuda() && topk_w.is_cuda() &&
             topk_ids.is_cuda() && out.is_cuda() && h.is_cuda() && y.is_cuda() && sync.is_cuda(),
         "all tensors must be on the GPU");
@@ -36,23 +37,27 @@ void moe_fused(const at::Tensor& x, const at::Tensor& w13, const at::Tensor& w2,
   for (const at::Tensor* t : {&x, &w13, &w2})
     check(reinterpret_cast<uintptr_t>(t->data_ptr()) % 16 == 0, "x, w13 and w2 must be 16-byte aligned");
   const int64_t T = x.size(0), D = x.size(1), K = topk_ids.size(1), E = w13.size(0);
-  const int64_t I = w13.size(1) / 2;
+  // Iw: the intermediate size the weights are stored with; I: the one computed (inter, 0 for Iw), smaller where
+  // SGLang padded each gate/up half and w2's K with zeros for AITER (Quark MXFP4), which the kernels skip
+  const int64_t Iw = w13.size(1) / 2, I = inter > 0 ? inter : Iw;
   check(topk_ids.size(0) == T, "topk_ids rows != tokens");
   check(T * K <= smallm::kMaxPairs, "tokens * slots exceeds kMaxPairs");
   check(K >= 1 && K <= smallm::kMaxSlots, "slots per token must be 1..16");
   check(E <= smallm::kMaxExperts, "too many experts");
   check(I % 128 == 0 && I <= smallm::kMaxInter && D % 128 == 0, "D and I must be multiples of 128, I <= kMaxInter");
+  check(inter >= 0 && I <= Iw && Iw % 128 == 0 && E * 2 * Iw < (int64_t(1) << 31),
+        "inter must be 0 or at most the weights' intermediate size (w13 rows / 2), a multiple of 128");
   check(w2.size(0) == E && w2.size(1) == D, "w2 must be [E, D, Ibytes]");
   if (fmt == smallm::kFp8Block128) {
-    check(w13.size(2) == D && w2.size(2) == I, "fp8 weight byte widths");
-    check(s13.scalar_type() == at::kFloat && s13.numel() == E * (2 * I / 128) * (D / 128), "fp8 w13 scale shape");
-    check(s2.scalar_type() == at::kFloat && s2.numel() == E * (D / 128) * (I / 128), "fp8 w2 scale shape");
+    check(w13.size(2) == D && w2.size(2) == Iw, "fp8 weight byte widths");
+    check(s13.scalar_type() == at::kFloat && s13.numel() == E * (2 * Iw / 128) * (D / 128), "fp8 w13 scale shape");
+    check(s2.scalar_type() == at::kFloat && s2.numel() == E * (D / 128) * (Iw / 128), "fp8 w2 scale shape");
   } else if (fmt == smallm::kMxfp4) {
-    check(w13.size(2) == D / 2 && w2.size(2) == I / 2, "mxfp4 weight byte widths");
+    check(w13.size(2) == D / 2 && w2.size(2) == Iw / 2, "mxfp4 weight byte widths");
     check(s13.element_size() == 1 && s2.element_size() == 1, "mxfp4 scales must be e8m0 bytes");
     const int64_t c13 = layout == smallm::kShuffle16x16 ? (D / 32 + 7) / 8 * 8 : D / 32;
-    const int64_t c2 = layout == smallm::kShuffle16x16 ? (I / 32 + 7) / 8 * 8 : I / 32;
-    check(s13.numel() >= E * 2 * I * c13 && s2.numel() >= E * D * c2, "mxfp4 scale sizes");
+    const int64_t c2 = layout == smallm::kShuffle16x16 ? (Iw / 32 + 7) / 8 * 8 : Iw / 32;
+    check(s13.numel() >= E * 2 * Iw * c13 && s2.numel() >= E * D * c2, "mxfp4 scale sizes");
     if (layout == smallm::kRowMajor)  // the tensor-core down reads four e8m0 bytes at once
       check(reinterpret_cast<uintptr_t>(s13.data_ptr()) % 4 == 0 && reinterpret_cast<uintptr_t>(s2.data_ptr()) % 4 == 0,
             "row-major mxfp4 scales must be 4-byte aligned");
@@ -76,7 +81,7 @@ void moe_fused(const at::Tensor& x, const at::Tensor& w13, const at::Tensor& w2,
   a.h = h.data_ptr<float>();
   a.y = y.data_ptr<float>();
   a.sync = reinterpret_cast<unsigned*>(sync.data_ptr<int32_t>());
-  a.T = (int)T; a.K = (int)K; a.E = (int)E; a.D = (int)D; a.I = (int)I;
+  a.T = (int)T; a.K = (int)K; a.E = (int)E; a.D = (int)D; a.I = (int)I; a.Iw = (int)Iw;
   a.out_scale = (float)out_scale;
   const int rc = smallm_moe_launch(a, (int)fmt, (int)layout, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(rc == 0, "sglang_smallm::moe_fused: kernel launch failed with code ", rc);
@@ -184,7 +189,7 @@ std::string build_arch() { return smallm_build_arch(); }
 TORCH_LIBRARY(sglang_smallm, m) {
   m.def(
       "moe_fused(Tensor x, Tensor w13, Tensor w2, Tensor s13, Tensor s2, Tensor topk_weights, Tensor topk_ids, "
-      "Tensor(a!) out, Tensor(b!) h, Tensor(c!) y, Tensor(d!) sync, int fmt, int layout, float out_scale) -> ()");
+      "Tensor(a!) out, Tensor(b!) h, Tensor(c!) y, Tensor(d!) sync, int fmt, int layout, float out_scale, int inter=0) -> ()");
   m.def(
       "moe_sort(Tensor topk_ids, Tensor? topk_weights, Tensor(a!) sorted_ids, Tensor(b!)? sorted_weights, "
       "Tensor(c!) expert_ids, Tensor(d!) num_valid, Tensor? x, Tensor(e!)? xq, Tensor(f!)? xs, Tensor(g!)? zero_buf, "

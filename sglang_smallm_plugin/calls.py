@@ -18,8 +18,8 @@ SHUFFLE16 = "shuffle16x16"
 @dataclass
 class MoeCall:
     x: torch.Tensor                 # [T, D] activations
-    w13: torch.Tensor               # [E, 2I, D bytes]
-    w2: torch.Tensor                # [E, D, I bytes]
+    w13: torch.Tensor               # [E, 2Iw, D bytes]   (Iw = I + inter_pad)
+    w2: torch.Tensor                # [E, D, Iw bytes]
     w13_scale: Optional[torch.Tensor]
     w2_scale: Optional[torch.Tensor]
     topk_weights: torch.Tensor      # [T, K]
@@ -36,6 +36,9 @@ class MoeCall:
     swiglu_params: bool = False     # gemm1_alpha / clamp / swiglu_limit set
     block_shape: Optional[tuple] = (128, 128)
     layer_id: Optional[int] = None
+    # Zeros SGLang appended to each of gate and up and to w2's K for AITER (its layer.intermediate_pad: Quark
+    # MXFP4 pads I = 128 to 256): the weights hold I + inter_pad, the call computes I and never reads the rest
+    inter_pad: int = 0
     extra: dict = field(default_factory=dict)
 
     @property
@@ -56,6 +59,12 @@ class MoeCall:
 
     @property
     def inter(self) -> int:
+        """The intermediate size the call computes (the weights' less SGLang's padding)."""
+        return self.inter_stored - self.inter_pad
+
+    @property
+    def inter_stored(self) -> int:
+        """The intermediate size the weights are stored with (gate and up rows each, w2's K)."""
         return int(self.w13.shape[1]) // 2 if self.w13.dim() == 3 else 0
 
     @property

@@ -42,7 +42,7 @@ def cmd_selftest(a):
     ok = True
     if a.what in ("all", "moe"):
         res = selftest.run(formats=_csv(a.formats), shapes=_shapes(a.shapes), layouts=_csv(a.layouts),
-                           seeds=range(a.seeds), tokens=a.tokens or None)
+                           seeds=range(a.seeds), tokens=a.tokens or None, pad=a.pad)
         ok = all(r.ok for r in res)
     if a.what in ("all", "edge"):
         from . import edge_cases
@@ -130,6 +130,10 @@ def main(argv=None):
     s.add_argument("--layouts", default=f"{ROW_MAJOR},{SHUFFLE16}")
     s.add_argument("--seeds", type=int, default=5)
     s.add_argument("--tokens", type=token_counts, default="", help="default: 1,3,8 and the cap")
+    s.add_argument("--pad", type=int, default=0,
+                   help="MoE checks on layers padded by this much of I, as SGLang pads Quark MXFP4 for AITER "
+                        "(I = 128 -> 256 at --pad 128), the padding poisoned: the output must equal the unpadded "
+                        "layer's bit for bit (a multiple of 128)")
     s.add_argument("--what", default="all", choices=("all", "moe", "edge", "sort"),
                    help="which checks: the MoE matrix, MoE edge-case inputs, the sort (all: every one)")
     s.set_defaults(fn=cmd_selftest)

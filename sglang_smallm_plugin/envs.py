@@ -133,7 +133,8 @@ MMA_SPLIT_DOWN = Switch("SMALLM_MMA_SPLIT_DOWN", "1",
 GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     "experiment (CUDA sm_90a, FP8 row-major, tensor-core calls): 1 runs the gate/up as TMA tiles of W13 "
                     "on wgmma (hip/smallm_gateup_tma.h: up to 20 tokens and 320 token-slot pairs, D a multiple of 512), "
-                    "its FP8 sums promoted to fp32 per 128-wide K block, then a kernel summing its K slices into h; 2 the "
+                    "its FP8 sums promoted to fp32 per 128-wide K block, then a kernel summing its K slices into h (unpadded "
+                    "layers only: a layer SGLang padded for AITER runs the mma.sync kernels); 2 the "
                     "same promoting per 32-k step; 3 the whole MoE in one kernel (gate/up as 2, then each expert's down "
                     "as soon as its h is whole; up to 10 tokens and I=256, else as 2); 0 the mma.sync gate/up (the "
                     "default). Not for serving: 2 was 0-23 % slower end to end, 3 1.8-2.9x slower, 1 over the 1e-3 "

@@ -210,7 +210,7 @@ def _contig(*ts) -> bool:
 def _fp8_scales_ok(c: MoeCall) -> bool:
     if c.w13_scale is None or c.w2_scale is None:
         return False
-    E, I, D = c.num_experts, c.inter, c.hidden
+    E, I, D = c.num_experts, c.inter_stored, c.hidden
     return (c.w13_scale.dtype == torch.float32 and c.w2_scale.dtype == torch.float32
             and tuple(c.w13_scale.shape) == (E, 2 * I // 128, D // 128)
             and tuple(c.w2_scale.shape) == (E, D // 128, I // 128)
@@ -220,7 +220,7 @@ def _fp8_scales_ok(c: MoeCall) -> bool:
 def _mxfp4_scales_ok(c: MoeCall) -> bool:
     if c.w13_scale is None or c.w2_scale is None:
         return False
-    E, I, D = c.num_experts, c.inter, c.hidden
+    E, I, D = c.num_experts, c.inter_stored, c.hidden
     pad = (lambda n: (n + 7) // 8 * 8) if c.layout == SHUFFLE16 else (lambda n: n)
     return (c.w13_scale.element_size() == 1 and c.w2_scale.element_size() == 1
             and c.w13_scale.numel() >= E * 2 * I * pad(D // 32) and c.w2_scale.numel() >= E * D * pad(I // 32)
@@ -228,7 +228,7 @@ def _mxfp4_scales_ok(c: MoeCall) -> bool:
 
 
 def _weights_ok(c: MoeCall) -> bool:
-    E, I, D = c.num_experts, c.inter, c.hidden
+    E, I, D = c.num_experts, c.inter_stored, c.hidden
     div = 1 if c.weight_format == FP8_BLOCK128 else 2
     return (c.w13.element_size() == 1 and c.w2.element_size() == 1 and c.w13.dim() == 3 and c.w2.dim() == 3
             and c.w13.shape[2] == D // div and tuple(c.w2.shape) == (E, D, I // div) and _contig(c.w13, c.w2))
@@ -278,6 +278,9 @@ RULES: Sequence[Rule] = (
     Rule("topk", lambda c, a: (c.topk_ids.dtype == torch.int32 and c.topk_weights.dtype == torch.float32
                                and c.topk_ids.shape == c.topk_weights.shape and _contig(c.topk_ids, c.topk_weights)),
          lambda c, a: f"topk ids {c.topk_ids.dtype} / weights {c.topk_weights.dtype} not contiguous int32 / fp32 of one shape"),
+    Rule("inter_pad", lambda c, a: c.inter_pad == 0 or (0 < c.inter_pad < c.inter_stored and c.inter_stored % 128 == 0),
+         lambda c, a: (f"intermediate padding {c.inter_pad} of {c.inter_stored} stored (the kernel reads padded weights "
+                       "whose stored size is a multiple of 128 and whose computed size is positive)")),
     Rule("weights", lambda c, a: _weights_ok(c),
          lambda c, a: f"weights {tuple(c.w13.shape)} {c.w13.dtype} / {tuple(c.w2.shape)} are not contiguous packed [E, 2I, D] / [E, D, I]"),
     Rule("alignment", lambda c, a: not _misaligned(c),

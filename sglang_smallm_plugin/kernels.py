@@ -560,7 +560,7 @@ def _register_fakes():
     _fakes_done = True
 
     @torch.library.register_fake("sglang_smallm::moe_fused")
-    def _moe_fused_fake(x, w13, w2, s13, s2, topk_weights, topk_ids, out, h, y, sync, fmt, layout, out_scale):
+    def _moe_fused_fake(x, w13, w2, s13, s2, topk_weights, topk_ids, out, h, y, sync, fmt, layout, out_scale, inter=0):
         return None
 
     @torch.library.register_fake("sglang_smallm::read_floor")
@@ -620,7 +620,7 @@ def run_moe(call: MoeCall, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         s13, s2 = s13.view(torch.uint8), s2.view(torch.uint8)
     torch.ops.sglang_smallm.moe_fused(
         call.x, w13, w2, s13, s2, call.topk_weights, call.topk_ids, out, ws.h, ws.y, ws.sync,
-        FORMAT_CODES[call.weight_format], 1 if call.layout == SHUFFLE16 else 0, scale)
+        FORMAT_CODES[call.weight_format], 1 if call.layout == SHUFFLE16 else 0, scale, call.inter)
     return out
 
 

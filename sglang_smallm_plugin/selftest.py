@@ -3,7 +3,9 @@
 Per case: fresh random weights, activations and routing (seeded); output buffer poisoned with NaN
 before each launch; relative L2 error against the pure-torch reference (fp32) within the table
 tolerance; every element written (no NaN left); bit-identical output on a second launch and on
-a CUDA-graph replay.
+a CUDA-graph replay. With `pad` (`--pad N`): the layer as SGLang pads it for AITER (N more of I after each of
+gate and up and along w2's K, Quark MXFP4's layer.intermediate_pad), the padding poisoned (NaN or extreme
+values), and the output bit-identical to the unpadded layer's: the kernel never reads the padding.
 """
 
 from dataclasses import dataclass
@@ -13,7 +15,7 @@ import torch
 from . import gate, kernels
 from .calls import FP8_BLOCK128, ROW_MAJOR, SHUFFLE16
 from .shapes import SHAPES, shape_by_name
-from .testdata import make_call, make_weights, reference_of
+from .testdata import make_call, make_padded_weights, make_weights, reference_of
 from .timing import capture
 from .tolerances import moe_tolerance, rel_l2
 
@@ -30,10 +32,12 @@ class CaseResult:
     deterministic: bool
     graph_identical: bool
     tol: float
+    pad_identical: bool = True  # with pad: bit-identical to the same layer unpadded
 
     @property
     def ok(self) -> bool:
-        return self.rel_err <= self.tol and self.all_written and self.deterministic and self.graph_identical
+        return (self.rel_err <= self.tol and self.all_written and self.deterministic and self.graph_identical
+                and self.pad_identical)
 
 
 def default_tokens(shape, weight_format, arch) -> list:
@@ -44,8 +48,16 @@ def default_tokens(shape, weight_format, arch) -> list:
     return sorted({t for t in (1, 3, 8, cap, top) if 0 < t <= top})
 
 
-def check_case(shape, weight_format, layout, tokens, seed, device, weights=None) -> CaseResult:
+def check_case(shape, weight_format, layout, tokens, seed, device, weights=None, pad=0) -> CaseResult:
     call = make_call(shape, weight_format, layout, tokens, seed, device, weights)
+    pad_identical = True
+    if pad:
+        import dataclasses
+
+        plain = torch.full_like(call.x, float("nan"))
+        kernels.run_moe(call, out=plain)
+        call = dataclasses.replace(call, **make_padded_weights(shape, weight_format, layout, seed, device, pad),
+                                   inter_pad=pad)
     ref = reference_of(call)
     out = torch.full_like(call.x, float("nan"))
     kernels.run_moe(call, out=out)
@@ -61,12 +73,14 @@ def check_case(shape, weight_format, layout, tokens, seed, device, weights=None)
     graph.replay()
     torch.cuda.synchronize()
     tol = moe_tolerance(weight_format)
+    if pad:
+        pad_identical = bool(torch.equal(out, plain))
     return CaseResult(shape.name, weight_format, layout, tokens, seed, err, written,
-                      bool(torch.equal(out, again)), bool(torch.equal(out, gout)), tol)
+                      bool(torch.equal(out, again)), bool(torch.equal(out, gout)), tol, pad_identical)
 
 
 def run(formats=(FP8_BLOCK128,), shapes=tuple(SHAPES), layouts=(ROW_MAJOR, SHUFFLE16), seeds=range(5),
-        tokens=None, device="cuda", echo=print) -> list:
+        tokens=None, device="cuda", echo=print, pad=0) -> list:
     if not torch.cuda.is_available():
         raise SystemExit("selftest needs a GPU (torch.cuda.is_available() is False)")
     mod, why = kernels.load_compiled()
@@ -75,8 +89,11 @@ def run(formats=(FP8_BLOCK128,), shapes=tuple(SHAPES), layouts=(ROW_MAJOR, SHUFF
     arch = kernels.device_info(device).arch
     results = []
     echo(f"selftest on {kernels.device_info(device).name} ({arch}); kernels: {why}; {kernels.variant_note()}")
+    if pad:
+        echo(f"layers padded by {pad} of I (SGLang's padding for AITER), the padding poisoned; 'pad=': output "
+             "bit-identical to the unpadded layer's")
     echo(f"{'shape':16} {'format':12} {'layout':12} {'T':>3} {'seeds':>5} {'max rel err':>11} {'tol':>7} "
-         f"{'written':>7} {'determ':>6} {'graph':>5}  ok")
+         f"{'written':>7} {'determ':>6} {'graph':>5}{' pad=' if pad else ''}  ok")
     for fmt in formats:
         for name in shapes:
             shape = shape_by_name(name)
@@ -86,13 +103,15 @@ def run(formats=(FP8_BLOCK128,), shapes=tuple(SHAPES), layouts=(ROW_MAJOR, SHUFF
                 for seed in seeds:
                     w = make_weights(shape, fmt, layout, seed, device)
                     for t in toks:
-                        per_t[t].append(check_case(shape, fmt, layout, t, seed, device, w))
+                        per_t[t].append(check_case(shape, fmt, layout, t, seed, device, w, pad=pad))
                     del w
                 for t, rs in per_t.items():
                     results.extend(rs)
                     echo(f"{name:16} {fmt:12} {layout:12} {t:3d} {len(rs):5d} {max(r.rel_err for r in rs):11.2e} "
                          f"{rs[0].tol:7.0e} {all(r.all_written for r in rs)!s:>7} {all(r.deterministic for r in rs)!s:>6} "
-                         f"{all(r.graph_identical for r in rs)!s:>5}  {'PASS' if all(r.ok for r in rs) else 'FAIL'}")
+                         f"{all(r.graph_identical for r in rs)!s:>5}"
+                         f"{(' ' + str(all(r.pad_identical for r in rs))[0]) if pad else ''}  "
+                         f"{'PASS' if all(r.ok for r in rs) else 'FAIL'}")
     bad = [r for r in results if not r.ok]
     echo(f"selftest: {len(results) - len(bad)}/{len(results)} cases pass")
     return results

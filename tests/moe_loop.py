@@ -19,7 +19,8 @@ def loop_moe(call):
     """fp64 [T, D]; slots whose expert id is outside [0, E) contribute nothing."""
     w13, w2 = dequantized(call)
     T, K = call.topk_ids.shape
-    I = w13.shape[1] // 2
+    Iw, I = w13.shape[1] // 2, call.inter  # I < Iw: SGLang's padding (call.inter_pad), never read
+    w13, w2 = torch.cat([w13[:, :I], w13[:, Iw:Iw + I]], dim=1), w2[:, :, :I]
     out = torch.zeros(T, w2.shape[1], dtype=torch.float64)
     for t in range(T):
         for k in range(K):

@@ -289,3 +289,51 @@ def test_mxfp4_scales_alignment(layout):
         assert not ok and why.startswith("alignment:") and "w2_scale (4 bytes)" in why, why
     else:
         assert ok, why
+
+
+@pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
+def test_padded_layer_is_gated_at_its_computed_size(fake_gpu, fmt):
+    """A layer SGLang padded for AITER (layer.intermediate_pad): the shape and cap rules read the computed I, the
+    weight and scale rules the stored one; padding the kernel cannot skip has its own rule and reason."""
+    import dataclasses
+
+    from sglang_smallm_plugin.testdata import make_call, make_padded_weights
+
+    plain = make_call(SHAPE, fmt, "row_major", 3, 0, "cpu")
+    w = make_padded_weights(SHAPE, fmt, "row_major", 0, "cpu", pad=128)
+    call = dataclasses.replace(plain, **w, inter_pad=128)
+    assert (call.inter, call.inter_stored) == (128, 256)
+    assert gate.call_cap(call, fake_gpu) == gate.call_cap(plain, fake_gpu)  # I = 128's cap, not 256's
+    ok, why = gate.evaluate(call, fake_gpu)
+    assert ok, why
+    ok, why = gate.evaluate(dataclasses.replace(call, inter_pad=256), fake_gpu)  # nothing left to compute
+    assert not ok and why.startswith("inter_pad:"), why
+    odd = dataclasses.replace(call, **make_padded_weights(SHAPE, fmt, "row_major", 0, "cpu", pad=64), inter_pad=64)
+    ok, why = gate.evaluate(odd, fake_gpu)  # stored 192: not a multiple of 128
+    assert not ok and why.startswith("inter_pad:"), why
+    ok, why = gate.evaluate(dataclasses.replace(call, inter_pad=0), fake_gpu)  # read whole: 256, also a valid layer
+    assert ok, why
+
+
+def test_hidden_padding_is_not_taken(sglang_smallm):
+    """SGLang's hidden_pad (AITER) changes what x's rows mean to the weights: such a layer's calls are described
+    as an unsupported format, so the gate gives them to the fallback with the reason."""
+    import types
+
+    from sglang_smallm_plugin.sglang_integration.runner_core import describe_call
+    from sglang_smallm_plugin.testdata import make_call
+
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
+
+    c = make_call(SHAPE, "fp8_block128", "row_major", 2, 0, "cpu")
+    topk = StandardTopKOutput(c.topk_weights, c.topk_ids, torch.empty(0))
+    dispatch = types.SimpleNamespace(topk_output=topk, hidden_states=c.x)
+    qi = types.SimpleNamespace(w13_weight=c.w13, w2_weight=c.w2, w13_scale=c.w13_scale, w2_scale=c.w2_scale,
+                               block_shape=[128, 128])
+    config = types.SimpleNamespace(activation="silu", is_gated=True, apply_router_weight_on_input=False,
+                                   no_combine=False, routed_scaling_factor=None, gemm1_alpha=None,
+                                   gemm1_clamp_limit=None, swiglu_limit=None, layer_id=3)
+    call = describe_call(dispatch, qi, config, "fp8_block128", hidden_pad=128)
+    ok, why = gate.evaluate(call, "gfx950")
+    assert not ok and "hidden size padded by 128" in why, why
+    assert describe_call(dispatch, qi, config, "fp8_block128").weight_format == "fp8_block128"

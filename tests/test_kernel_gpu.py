@@ -29,6 +29,23 @@ def test_kernel_matches_reference(fmt, layout, shape, seed):
 
 
 @pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
+@pytest.mark.parametrize("layout", ["row_major", "shuffle16x16"])
+@pytest.mark.parametrize("shape, pad", [("qwen35-tp8", 128), ("qwen35-tp4", 256), ("qwen3-235b-tp4", 128)])
+def test_padded_intermediate_is_never_read(fmt, layout, shape, pad):
+    """A layer SGLang padded for AITER (Quark MXFP4 at Qwen3.5 TP8: I = 128 stored as 256, zeros after gate, up and
+    w2's K): the kernel computes I and reads none of the padding, which here is poisoned (NaN, extreme values):
+    the output within the tolerance of the reference and bit-identical to the unpadded layer's, at 1 and 8 tokens and
+    at 21 (split calls); 2 seeds, poisoned outputs, determinism, CUDA-graph replay."""
+    from sglang_smallm_plugin import selftest
+    from sglang_smallm_plugin.shapes import SHAPES
+
+    for seed in range(2):
+        for t in (1, 8, 21):
+            r = selftest.check_case(SHAPES[shape], fmt, layout, t, seed, "cuda", pad=pad)
+            assert r.ok and r.pad_identical, r
+
+
+@pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
 @pytest.mark.parametrize("D, T, part", [(1024, 20, 20), (1024, 21, 11), (1024, 24, 12), (1024, 41, 14), (4096, 20, 20)])
 def test_pairs_over_the_tensor_core_routing_split(fmt, D, T, part):
     """A call whose x fits the gate/up's f16 stage but whose pairs pass kMmaMaxPairs (320: the
@@ -194,6 +211,17 @@ def test_sort_matches_reference_exactly(case, seed):
     # the whole MoE in one kernel: 1 to 10 tokens (down N = 8 to 40), as 2 past 10 tokens and at I = 384
     {"SMALLM_GATEUP_TMA": "3", "formats": "fp8_block128", "tokens": "1,2,3,5,8,10,11",
      "shapes": "qwen35-tp4,qwen35-tp8,qwen3-235b-tp4"},
+    # layers padded for AITER (selftest --pad: the padding poisoned, the output the unpadded layer's bit for bit) on
+    # every kernel path: the block kernels (variant 0 is gfx950's default), the two kernels on CUDA cores, the
+    # CUDA-core down, the FP8 down split along I, and the TMA modes (which take unpadded weights only and leave
+    # padded calls to the plain kernels)
+    {"SMALLM_KERNEL_VARIANT": "0", "pad": "128", "formats": "fp8_block128,mxfp4", "shapes": "qwen35-tp8,qwen3-235b-tp4"},
+    {"SMALLM_KERNEL_VARIANT": "1", "pad": "128", "formats": "fp8_block128,mxfp4", "shapes": "qwen35-tp8,qwen3-235b-tp4"},
+    {"SMALLM_KERNEL_VARIANT": "5", "SMALLM_MMA": "0", "pad": "128", "formats": "fp8_block128,mxfp4"},
+    {"SMALLM_KERNEL_VARIANT": "5", "SMALLM_MMA_DOWN": "0", "pad": "128", "formats": "fp8_block128,mxfp4"},
+    {"SMALLM_DOWN_TEAMS": "2", "pad": "128", "formats": "fp8_block128,mxfp4", "tokens": "1,8,16",
+     "shapes": "qwen3-235b-tp4,D2048-E64-K8-I512"},
+    {"SMALLM_GATEUP_TMA": "3", "pad": "128", "formats": "fp8_block128", "tokens": "1,5", "shapes": "qwen35-tp8"},
 ], ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
 def test_kernel_variants_match_reference(switches):
     """Every kernel variant and A/B switch (read once per process, so in a child process): the same
@@ -205,9 +233,10 @@ def test_kernel_variants_match_reference(switches):
     switches = dict(switches)
     formats, tokens = switches.pop("formats", "fp8_block128"), switches.pop("tokens", "1,3,8")
     shapes = switches.pop("shapes", "qwen35-tp8,qwen3-235b-tp4")
+    pad = switches.pop("pad", "0")
     env = dict(os.environ, **switches)
     r = subprocess.run([sys.executable, "-m", "sglang_smallm_plugin.cli", "selftest", "--what", "moe", "--seeds", "2",
-                        "--shapes", shapes, "--formats", formats, "--tokens", tokens],
+                        "--shapes", shapes, "--formats", formats, "--tokens", tokens, "--pad", pad],
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and "cases pass" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
 

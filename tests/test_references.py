@@ -255,6 +255,33 @@ def test_moe_reference_shuffled_equals_row_major(seed, fmt):
     assert torch.equal(reference_of(a), reference_of(b))
 
 
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("fmt", ["fp8_block128", "mxfp4"])
+@pytest.mark.parametrize("layout", ["row_major", "shuffle16x16"])
+def test_moe_reference_padded_inter_reads_only_the_computed_part(seed, fmt, layout):
+    """SGLang's padding for AITER (layer.intermediate_pad): with inter_pad the reference computes I and never reads
+    the padding: poisoned padding gives the unpadded layer's output bit for bit; read whole, the poison shows."""
+    import dataclasses
+
+    from sglang_smallm_plugin.shapes import MoeShape
+    from sglang_smallm_plugin.testdata import make_call, make_padded_weights, reference_of
+
+    shape = MoeShape("t", 256, 8, 3, 128, 1)
+    plain = make_call(shape, fmt, layout, 5, seed, "cpu")
+    w = make_padded_weights(shape, fmt, layout, seed, "cpu", pad=128)
+    padded = dataclasses.replace(plain, **w, inter_pad=128)
+    assert (padded.inter, padded.inter_stored, plain.inter) == (128, 256, 128)
+    want = reference_of(plain)
+    assert torch.equal(reference_of(padded), want)
+    if layout == "row_major":
+        assert rel_l2(reference_of(padded).float(), loop_moe(padded).float()) < TOLERANCES["reference_fp32_vs_fp64"]
+    whole = dataclasses.replace(padded, inter_pad=0)
+    assert not torch.isfinite(reference_of(whole).float()).all() or fmt == "mxfp4"
+    assert not torch.equal(reference_of(whole), want)  # the poison is there to be read
+    zeros = dataclasses.replace(plain, **make_padded_weights(shape, fmt, layout, seed, "cpu", pad=128, fill="zeros"))
+    assert rel_l2(reference_of(zeros).float(), want.float()) < TOLERANCES["reference_fp32_vs_fp64"]  # SGLang's zeros
+
+
 def test_moe_reference_token_without_valid_slot_is_zero():
     from sglang_smallm_plugin.testdata import make_call, reference_of
 

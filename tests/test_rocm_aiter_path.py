@@ -182,6 +182,51 @@ def test_mxfp4_fallback_is_aiter_and_weights_and_scales_are_shuffled_for_it(rocm
     s2 = R.e8m0_unshuffle(layer.w2_weight_scale.data.reshape(E * D, -1), E * D, I // 32).view(E, D, -1)
     assert torch.equal(s2, w["w2_scale"])
     assert "layer 430 weights read as shuffle16x16" in caplog.text
+    assert "layer 430: SGLang padded the intermediate size from 128 to 256 for AITER" in caplog.text
+
+
+def _poison_padding(layer, I):
+    """Overwrite SGLang's zero padding of a shuffled Quark MXFP4 layer (gate rows I.., up rows Ip + I.., w2's K
+    past I, and their e8m0 scales) with two e2m1 6.0 per byte and NaN scales, in the layout SGLang left."""
+    E, Ip2, _ = layer.w13_weight.shape
+    Ip, D = Ip2 // 2, layer.w2_weight.shape[1]
+    w13 = R.unshuffle_weight(layer.w13_weight.data.view(torch.uint8))
+    w13[:, I:Ip] = 0x77
+    w13[:, Ip + I:] = 0x77
+    w2 = R.unshuffle_weight(layer.w2_weight.data.view(torch.uint8))
+    w2[:, :, I // 2:] = 0x77
+    layer.w13_weight.data.view(torch.uint8).copy_(R.shuffle_weight(w13))
+    layer.w2_weight.data.view(torch.uint8).copy_(R.shuffle_weight(w2))
+    s13 = R.e8m0_unshuffle(layer.w13_weight_scale.data.reshape(E * Ip2, -1), E * Ip2, D // 32).view(E, Ip2, -1)
+    s13[:, I:Ip] = 0xFF
+    s13[:, Ip + I:] = 0xFF
+    s2 = R.e8m0_unshuffle(layer.w2_weight_scale.data.reshape(E * D, -1), E * D, Ip // 32).view(E, D, -1)
+    s2[:, :, I // 32:] = 0xFF
+    layer.w13_weight_scale.data.view(torch.uint8).copy_(R.e8m0_shuffle(s13.reshape(E * Ip2, -1)).view_as(layer.w13_weight_scale))
+    layer.w2_weight_scale.data.view(torch.uint8).copy_(R.e8m0_shuffle(s2.reshape(E * D, -1)).view_as(layer.w2_weight_scale))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_mxfp4_padded_layer_is_computed_at_its_own_intermediate_size(rocm_mxfp4, seed):
+    """The plugin reads SGLang's layer.intermediate_pad: the calls it describes compute I = 128 over weights
+    stored with 256 (the kernel's cap and byte count are I = 128's) and never read the padding, here poisoned
+    after SGLang's processing (e2m1 6.0 values, NaN scales): the layer's output is still the loop's."""
+    from sglang_smallm_plugin.testdata import make_call, make_weights
+
+    harness, calls = rocm_mxfp4
+    w = make_weights(SHAPE, "mxfp4", "row_major", seed, "cpu")
+    layer = harness.build_layer(SHAPE, "mxfp4", w, layer_id=450 + seed)
+    core = harness.moe_method(layer).runner.runner_core
+    assert (core.inter_pad, core.hidden_pad) == (128, 0)
+    _poison_padding(layer, SHAPE.inter)
+    for T in (1, 5):
+        c = make_call(SHAPE, "mxfp4", "row_major", T, 70 + seed + T, "cpu", w)
+        d = harness.describe(layer, c)
+        assert (d.inter, d.inter_stored, d.inter_pad) == (128, 256, 128)
+        assert harness.decide(layer, c).path == "kernel:reference"
+        out = harness.forward(layer, c.x, c.topk_weights, c.topk_ids)
+        assert rel_l2(out.float(), loop_moe(c).to(torch.bfloat16).float()) < TOLERANCES["sglang_layer_vs_loop"]
+    assert calls == []
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -1000,7 +1000,7 @@ int main(int argc, char** argv) {
         m.x = reinterpret_cast<const uint16_t*>(g.x);
         m.w13 = g.w13, m.w2 = g.w2, m.s13 = g.s13, m.s2 = g.s2, m.topk_w = g.tw, m.topk_ids = g.ids;
         m.out = reinterpret_cast<uint16_t*>(g.out), m.h = g.h, m.y = g.y;
-        m.T = g.T, m.K = g.K, m.E = g.E, m.D = g.D, m.I = g.I, m.nblocks = SM, m.out_scale = 1.0f;
+        m.T = g.T, m.K = g.K, m.E = g.E, m.D = g.D, m.I = g.I, m.Iw = g.I, m.nblocks = SM, m.out_scale = 1.0f;
         return m;
       };
       auto launch_st = [&](int c, unsigned long long* stp) {

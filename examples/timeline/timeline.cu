@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   CK(cudaDeviceSynchronize());
   MoeArgs a{};
   a.x = x; a.w13 = w13; a.w2 = w2; a.s13 = s13; a.s2 = s2; a.topk_w = tw; a.topk_ids = ids; a.out = out;
-  a.h = h; a.y = y; a.sync = sync; a.T = T; a.K = K; a.E = E; a.D = D; a.I = I; a.out_scale = 1.0f;
+  a.h = h; a.y = y; a.sync = sync; a.T = T; a.K = K; a.E = E; a.D = D; a.I = I; a.Iw = I; a.out_scale = 1.0f;
   std::mt19937 rng(7);
   std::vector<int> hid((size_t)T * K);
   static unsigned long long clk[2][kTlBlocks][kTlMarks], glb[2][kTlBlocks][2], zero_clk[2][kTlBlocks][kTlMarks] = {},

@@ -469,7 +469,7 @@ int main(int argc, char** argv) {
         CK(cudaMemcpy(k.experts, distinct.data(), distinct.size() * 4, cudaMemcpyHostToDevice));
         a.x = d_x, a.w13 = cp[c].w13, a.w2 = cp[c].w2, a.s13 = cp[c].s13, a.s2 = cp[c].s2, a.topk_w = d_tw, a.topk_ids = d_ids;
         a.out = d_out, a.h = d_h, a.y = d_y, a.sync = d_sync;
-        a.T = T, a.K = K, a.E = E, a.D = D, a.I = I, a.out_scale = 1.0f, a.x_prefetch = 1;
+        a.T = T, a.K = K, a.E = E, a.D = D, a.I = I, a.Iw = I, a.out_scale = 1.0f, a.x_prefetch = 1;
         a.pair_magic = PairToken::magic_of(K);
         a.tile_magic = JobExpert::magic_of(I / 4);
         if ((long)T * K * I + tma_partial_words(T, K, D, I) > h_words(D, I)) {

@@ -35,7 +35,8 @@ class ReferenceMoeProvider:
     def run(self, call: MoeCall):
         fn = reference.fused_moe_fp8_blockscale if call.weight_format == FP8_BLOCK128 else reference.fused_moe_mxfp4
         return fn(call.x, call.w13, call.w2, call.w13_scale, call.w2_scale, call.topk_weights, call.topk_ids,
-                  shuffled=call.layout == SHUFFLE16, routed_scaling_factor=call.routed_scaling_factor)
+                  shuffled=call.layout == SHUFFLE16, routed_scaling_factor=call.routed_scaling_factor,
+                  inter=call.inter)
 
 
 class ReferenceSortProvider:

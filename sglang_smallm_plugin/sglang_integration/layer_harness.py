@@ -92,6 +92,12 @@ def moe_method(layer):
 def decide(layer, call):
     """The path (Decision) the layer's smallm runner core takes for `call` (testdata.MoeCall): its own
     description of the call from SGLang's dispatch output and the layer's quant info."""
+    core = moe_method(layer).runner.runner_core
+    return core.selector.decide(describe(layer, call))
+
+
+def describe(layer, call):
+    """The layer's smallm runner core's own MoeCall for `call` (from SGLang's dispatch output and quant info)."""
     from sglang.srt.layers.moe.topk import StandardTopKOutput
 
     topk = StandardTopKOutput(call.topk_weights, call.topk_ids, torch.empty(0, device=call.x.device))
@@ -103,7 +109,7 @@ def decide(layer, call):
     else:
         quant_info = layer.quant_method.get_triton_quant_info(layer)
     core = moe_method(layer).runner.runner_core
-    return core.selector.decide(core.describe(dispatch, quant_info, core.config))
+    return core.describe(dispatch, quant_info, core.config)
 
 
 def forward(layer, x, topk_weights, topk_ids):

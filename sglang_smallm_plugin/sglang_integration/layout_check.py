@@ -100,6 +100,12 @@ def verify(layer, weight_format: str, loaded: dict) -> LayoutVerdict:
                          f"(16,16) shuffle of the loaded bytes", f"{which} in a layout the kernel does not read")
 
 
+def padding(layer) -> tuple:
+    """(intermediate_pad, hidden_pad): the zeros SGLang appended for AITER (Quark MXFP4 pads the per-rank I so
+    that w2's packed K is a multiple of 128 bytes; 0, 0 where it did not or the attributes are absent)."""
+    return int(getattr(layer, "intermediate_pad", 0) or 0), int(getattr(layer, "hidden_pad", 0) or 0)
+
+
 def flag_layout(layer) -> str:
     """What SGLang's own flag says."""
     return SHUFFLE16 if getattr(getattr(layer, "w13_weight", None), "is_shuffled", False) else ROW_MAJOR
@@ -119,6 +125,14 @@ def processed_and_checked(core, layer, weight_format: str, process):
     lid = getattr(getattr(core, "config", None), "layer_id", None)
     where = f"layer {lid}" if lid is not None else "layer"
     once = "; said once for every layer with this finding"
+    core.inter_pad, core.hidden_pad = padding(layer)
+    if core.inter_pad:
+        w13 = getattr(layer, "w13_weight", None)
+        stored = int(w13.shape[1]) // 2 if isinstance(w13, torch.Tensor) and w13.dim() == 3 else 0
+        log_once(("inter pad", weight_format, stored, core.inter_pad),
+                 "sglang-smallm: %s: SGLang padded the intermediate size from %d to %d for AITER (zeros after gate, up "
+                 "and w2's K); the kernel computes %d and does not read the padding%s", where, stored - core.inter_pad,
+                 stored, stored - core.inter_pad, once)
     key = ("weight layout", weight_format, verdict.layout, flag, verdict.how)
     if verdict.layout is None:
         log_once(key, "sglang-smallm: %s weights read as %s (SGLang's is_shuffled flag): %s%s", where, flag,

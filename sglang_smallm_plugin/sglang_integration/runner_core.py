@@ -81,6 +81,8 @@ def make_core_class():
             self.fallback_unavailable = None  # reason, when there is no fallback at all
             self.weight_format = None
             self.weight_layout = None  # from the weights' bytes after SGLang's processing (layout_check); None: the flag
+            self.inter_pad = 0  # SGLang's layer.intermediate_pad / hidden_pad, read after its processing (layout_check)
+            self.hidden_pad = 0
             self.selector = None
 
         @property
@@ -98,7 +100,8 @@ def make_core_class():
             self.selector = MoeSelector(name)
 
         def describe(self, dispatch_output, quant_info, runner_config) -> MoeCall:
-            return describe_call(dispatch_output, quant_info, runner_config, self.weight_format, self.weight_layout)
+            return describe_call(dispatch_output, quant_info, runner_config, self.weight_format, self.weight_layout,
+                                 inter_pad=self.inter_pad, hidden_pad=self.hidden_pad)
 
         def run_from_dispatch(self, dispatch_output, quant_info, runner_config, hooks=None):
             from sglang.srt.layers.moe.token_dispatcher.standard import StandardCombineInput
@@ -153,9 +156,11 @@ def _first(*vals):
     return None
 
 
-def describe_call(dispatch_output, quant_info, config, weight_format, weight_layout=None) -> MoeCall:
+def describe_call(dispatch_output, quant_info, config, weight_format, weight_layout=None, *, inter_pad=0,
+                  hidden_pad=0) -> MoeCall:
     """SGLang dispatch output + quant info (Triton's, AITER's or ours) + runner config -> MoeCall. The layout is
-    `weight_layout` where the bytes decided it (layout_check), else SGLang's is_shuffled flag on w13."""
+    `weight_layout` where the bytes decided it (layout_check), else SGLang's is_shuffled flag on w13. inter_pad /
+    hidden_pad: SGLang's padding of the layer for AITER (the kernel skips the former; the latter it does not take)."""
     from sglang.srt.layers.moe.topk import TopKOutputChecker
 
     topk = dispatch_output.topk_output
@@ -174,6 +179,8 @@ def describe_call(dispatch_output, quant_info, config, weight_format, weight_lay
             block_shape = (128, 128) if "128X128" in str(quant_type).upper() else None
         if getattr(quant_info, "use_fp8_w8a8", True) is False or getattr(quant_info, "per_channel_quant", False):
             fmt = "unsupported:not fp8 block-scale"
+    if hidden_pad:
+        fmt = f"unsupported:hidden size padded by {hidden_pad} for AITER"
     return MoeCall(
         x=x, w13=w13, w2=w2,
         w13_scale=getattr(quant_info, "w13_scale", None), w2_scale=getattr(quant_info, "w2_scale", None),
@@ -187,7 +194,7 @@ def describe_call(dispatch_output, quant_info, config, weight_format, weight_lay
         routed_scaling_factor=config.routed_scaling_factor,
         swiglu_params=_first(config.gemm1_alpha, config.gemm1_clamp_limit, config.swiglu_limit) is not None,
         block_shape=tuple(block_shape) if block_shape is not None else None,
-        layer_id=config.layer_id)
+        layer_id=config.layer_id, inter_pad=int(inter_pad))
 
 
 def build_smallm_runner(method, layer, config, *, weight_format, fallback_runner, fallback_backend,
