@@ -744,7 +744,7 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   // (run 5; before that the compiler sank the wait into the issuing branch and waited again after
   // it, and the change was 2-4 % slower, run 1). FP8 row-major in two-team blocks with kJ = 8 (the
   // launcher's choice from 2 tokens at D = 4096) the same way: 10-16 tokens 10-13 % faster ("h200-ab13"
-  // run 1). The FP8 one-team loop with kJ = 8 already waits in this order without it. With kJ = 4 (FP8 at
+  // run 1). The FP8 one-team loop with kJ = 8 waited in this order without it (until "h200-s50", below). With kJ = 4 (FP8 at
   // D <= 2048) it did not: the next job's loads were issued before this job's first e4m3 conversion, which
   // waited on the scoreboard they share (nvdisasm of the sm_90a build, examples/results "h200-s43"). With
   // kSettle, E = 513 top-10 at D = 2048 ("h200-s44" run 1, two rounds): I = 256 4-15 % faster (1 token
@@ -754,7 +754,10 @@ __global__ void SMALLM_TEAMS_BOUNDS(kTeams) smallm_gateup_mma_kernel(MoeArgs a) 
   // team) level, two rounds each ("h200-s46" run 3). The shuffled kernels (not measured since) and MXFP4's
   // one-team kJ = 8 loop still wait for the next job's loads: settled, that loop was 4 % slower at 1 token
   // and 2-2.5 % faster at 4-6 (MiniMax-M3-like, "h200-s47" run 1), so it keeps the plain loop.
-  constexpr bool kSettle = Layout == kRowMajor && (kJ == 4 || (kTeams == 2 && kJ == 8));
+  // FP8's one-team kJ = 8 loop (1 token at D = 4096) waited in the settled order without it until the kernels took
+  // the weights' stored intermediate as a stride (MoeArgs::Iw, "h200-s50"): with that, the compiler issued the next
+  // job's loads before this job's first conversion (sm_90a SASS, tests/test_kernel_compile.py), so it is settled too.
+  constexpr bool kSettle = Layout == kRowMajor && (kJ == 4 || (kJ == 8 && (kTeams == 2 || !kFp4)));
   auto stage_x = [&] {  // block-wide barriers (both teams)
     stage_x_finish<kFp4, kBlockThreads>(a, xs, xmax, &S.xbar);
     SMALLM_TL_MARK(0, kTlReady);

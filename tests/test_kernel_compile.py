@@ -770,8 +770,9 @@ def _waits_before_mma(events):
     # MXFP4 row-major, kJ = 4 (Qwen3.5), one team (1-9 tokens) and two (10-20): kSettle orders the wait first
     ("_ZN6smallm24smallm_gateup_mma_kernelILi1ELi0ELi4ELi1EEEvNS_7MoeArgsE", False),
     ("_ZN6smallm24smallm_gateup_mma_kernelILi1ELi0ELi4ELi2EEEvNS_7MoeArgsE", False),
-    # FP8 row-major, kJ = 8 (Qwen3.5): one team (1 token: kFp8TeamsMinTokens) in this order without a
-    # settle, two teams (2-20 tokens) through kSettle
+    # FP8 row-major, kJ = 8 (Qwen3.5): one team (1 token: kFp8TeamsMinTokens) and two teams (2-20 tokens)
+    # through kSettle (the one-team loop waited in this order without it until the kernels took MoeArgs::Iw as
+    # a stride, "h200-s50"; this check caught the change)
     ("_ZN6smallm24smallm_gateup_mma_kernelILi0ELi0ELi8ELi1EEEvNS_7MoeArgsE", False),
     ("_ZN6smallm24smallm_gateup_mma_kernelILi0ELi0ELi8ELi2EEEvNS_7MoeArgsE", False),
     # FP8 row-major, kJ = 4 (D <= 2048), one team and two, through kSettle: without it both waited
