@@ -3,7 +3,7 @@
 import torch
 
 from . import reference
-from .calls import FP8_BLOCK128, MXFP4, SHUFFLE16, MoeCall
+from .calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16, MoeCall
 from .shapes import MoeShape
 
 
@@ -23,12 +23,20 @@ def make_weights(shape: MoeShape, weight_format: str, layout: str, seed: int, de
         s2 = torch.randint(118, 124, (E, D, I // 32), dtype=torch.uint8, device=device, generator=g)
     else:
         raise ValueError(f"unknown weight format {weight_format}")
-    if layout == SHUFFLE16:
-        w13, w2 = reference.shuffle_weight(w13), reference.shuffle_weight(w2)
-        if weight_format == MXFP4:
-            s13 = reference.e8m0_shuffle(s13.reshape(E * 2 * I, -1)).view(E, 2 * I, -1)
-            s2 = reference.e8m0_shuffle(s2.reshape(E * D, -1)).view(E, D, -1)
-    return {"w13": w13, "w2": w2, "w13_scale": s13, "w2_scale": s2}
+    return in_layout({"w13": w13, "w2": w2, "w13_scale": s13, "w2_scale": s2}, weight_format, layout)
+
+
+def in_layout(weights: dict, weight_format: str, layout: str) -> dict:
+    """Row-major weights in `layout`: shuffle16x16 is AITER's (16,16) shuffle of w13 and w2 and, for MXFP4,
+    e8m0_shuffle of the scales over the flattened [E*N, K/32] matrices (FP8 block scales stay as they are)."""
+    if layout != SHUFFLE16:
+        return weights
+    out = {"w13": reference.shuffle_weight(weights["w13"]), "w2": reference.shuffle_weight(weights["w2"])}
+    for k in ("w13_scale", "w2_scale"):
+        t = weights[k]
+        out[k] = reference.e8m0_shuffle(t.reshape(-1, t.shape[-1])).view(t.shape[0], t.shape[1], -1) \
+            if weight_format == MXFP4 else t
+    return out
 
 
 def pad_inter(weights: dict, weight_format: str, pad: int, fill: str = "poison") -> dict:
@@ -36,52 +44,35 @@ def pad_inter(weights: dict, weight_format: str, pad: int, fill: str = "poison")
     layer.intermediate_pad): gate rows, `pad` rows, up rows, `pad` rows; w2 and the scales with `pad` more values
     along I. fill "zeros" is SGLang's; "poison" fills the padding with values that would show wherever a kernel
     read them (FP8 NaN e4m3 and NaN scales; MXFP4 +-6.0 values and e8m0 NaN scales)."""
-    w13, w2, s13, s2 = (weights[k] for k in ("w13", "w2", "w13_scale", "w2_scale"))
-    E, I2 = w13.shape[0], w13.shape[1]
-    I = I2 // 2
     fp8 = weight_format == FP8_BLOCK128
-    if fp8:
-        wfill = 0 if fill == "zeros" else 0x7F  # e4m3fn NaN
-        sfill = 0.0 if fill == "zeros" else float("nan")
-    else:
-        wfill = 0 if fill == "zeros" else 0x77  # two e2m1 6.0
-        sfill = 0 if fill == "zeros" else 0xFF  # e8m0 NaN
+    zeros = fill == "zeros"
+    wfill = 0 if zeros else (0x7F if fp8 else 0x77)  # e4m3fn NaN / two e2m1 6.0
+    sfill = 0 if zeros else (float("nan") if fp8 else 0xFF)  # fp32 NaN / e8m0 NaN
 
-    def rows(t, per, n):  # [E, 2 per, ...] -> [E, 2 (per + n), ...]
-        g, u = t[:, :per], t[:, per:]
-        f = torch.full((E, n) + tuple(t.shape[2:]), 0, dtype=t.dtype, device=t.device)
-        f.view(torch.uint8).fill_(wfill) if t.element_size() == 1 else f.fill_(sfill)
-        return torch.cat([g, f, u, f.clone()], dim=1).contiguous()
+    def filled(t, shape, v):  # t's dtype; 1-byte types filled by their bits
+        f = torch.empty(shape, dtype=t.dtype, device=t.device)
+        (f.view(torch.uint8) if t.element_size() == 1 else f).fill_(v)
+        return f
 
-    def cols(t, n, v):
-        f = torch.zeros(tuple(t.shape[:2]) + (n,), dtype=t.dtype, device=t.device)
-        f.view(torch.uint8).fill_(v) if t.element_size() == 1 else f.fill_(v)
-        return torch.cat([t, f], dim=2).contiguous()
+    def rows(t, n, v):  # [E, 2 per, ...] -> [E, 2 (per + n), ...]: n rows after each half
+        per = t.shape[1] // 2
+        f = filled(t, (t.shape[0], n) + tuple(t.shape[2:]), v)
+        return torch.cat([t[:, :per], f, t[:, per:], f], dim=1)
 
-    div = 1 if fp8 else 2
-    out = {"w13": rows(w13, I, pad), "w2": cols(w2, pad // div, wfill)}
-    if fp8:
-        out["w13_scale"] = rows(s13, I // 128, pad // 128)
-        out["w2_scale"] = cols(s2, pad // 128, sfill)
-    else:
-        f13 = torch.full((E, pad) + tuple(s13.shape[2:]), sfill, dtype=s13.dtype, device=s13.device)
-        out["w13_scale"] = torch.cat([s13[:, :I], f13, s13[:, I:], f13], dim=1).contiguous()
-        out["w2_scale"] = cols(s2, pad // 32, sfill)
-    return out
+    def cols(t, n, v):  # [E, N, K] -> [E, N, K + n]
+        return torch.cat([t, filled(t, tuple(t.shape[:2]) + (n,), v)], dim=2)
+
+    rows_per_scale, cols_per_scale = (128, 128) if fp8 else (1, 32)
+    return {"w13": rows(weights["w13"], pad, wfill), "w2": cols(weights["w2"], pad // (1 if fp8 else 2), wfill),
+            "w13_scale": rows(weights["w13_scale"], pad // rows_per_scale, sfill),
+            "w2_scale": cols(weights["w2_scale"], pad // cols_per_scale, sfill)}
 
 
 def make_padded_weights(shape: MoeShape, weight_format: str, layout: str, seed: int, device, pad: int,
                         fill: str = "poison") -> dict:
     """make_weights' weights (the same values for the same seed) padded as pad_inter, then in `layout`."""
-    w = pad_inter(make_weights(shape, weight_format, "row_major", seed, device), weight_format, pad, fill)
-    if layout == SHUFFLE16:
-        E, D = shape.experts, shape.hidden
-        n13, n2 = w["w13"].shape[1], D
-        w["w13"], w["w2"] = reference.shuffle_weight(w["w13"]), reference.shuffle_weight(w["w2"])
-        if weight_format == MXFP4:
-            w["w13_scale"] = reference.e8m0_shuffle(w["w13_scale"].reshape(E * n13, -1)).view(E, n13, -1)
-            w["w2_scale"] = reference.e8m0_shuffle(w["w2_scale"].reshape(E * n2, -1)).view(E, n2, -1)
-    return w
+    w = pad_inter(make_weights(shape, weight_format, ROW_MAJOR, seed, device), weight_format, pad, fill)
+    return in_layout(w, weight_format, layout)
 
 
 def make_routing(shape: MoeShape, tokens: int, seed: int, device, skew: float = 0.0):

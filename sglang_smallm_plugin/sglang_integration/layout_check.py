@@ -112,9 +112,10 @@ def flag_layout(layer) -> str:
 
 
 def processed_and_checked(core, layer, weight_format: str, process):
-    """Run SGLang's processing (`process()`), then record on the runner core the layout its calls are read in
-    (`core.weight_layout`, None: SGLang's flag decides) and log the finding, once per process for all the layers
-    that share it (a model's layers do: one line, not one per layer). Returns process()'s result."""
+    """Run SGLang's processing (`process()`), then record on the runner core what its calls are read with: the
+    layout (`core.weight_layout`, None: SGLang's flag decides) and SGLang's padding for AITER (`core.inter_pad`,
+    `core.hidden_pad`, padding()); each finding is logged once per process for all the layers that share it (a
+    model's layers do: one line, not one per layer). Returns process()'s result."""
     from ..runner import log_once
 
     loaded = snapshot(layer, weight_format)
