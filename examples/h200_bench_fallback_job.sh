@@ -12,7 +12,9 @@
 # times can be read beside the peer's shipped configuration. FB_ENVS (';'-separated settings, e.g.
 # "SMALLM_DOWN_TEAMS=1;SMALLM_DOWN_TEAMS=2"): each one more kernel-only bench with that setting, at
 # FB_ENV_SHAPES (default FB_SHAPES), FB_ENV_TOKENS (FP8, default FB_TOKENS) and FB_ENV_MXTOKENS (MXFP4,
-# default none). Logs under $OUT, packed; a short table last.
+# default none). FB_CAPS=1: `bench --write-caps` (FP8, FB_SHAPES, row-major, at FB_CAPS_TOKENS, default
+# FB_TOKENS) into $OUT/caps.json, then doctor with SGLANG_SMALLM_CAPS_FILE set to it for Qwen3.5 TP4.
+# Logs under $OUT, packed; a short table last.
 source examples/h200_common.sh
 stamp build
 build
@@ -28,6 +30,14 @@ for ev in "${envs[@]}"; do  # $ev unquoted: one word per variable
   BENCH_SHAPES=${FB_ENV_SHAPES:-$FS} bench_formats "_${ev// /,}" "${FB_ENV_TOKENS:-$FT}" "${FB_ENV_MXTOKENS:-}" \
     PYTHONPATH="$SG_PATH" $ev
 done
+if [ "${FB_CAPS:-0}" = 1 ]; then
+  stamp caps
+  timeout --foreground 400 env PYTHONPATH="$SG_PATH" python3 -m sglang_smallm_plugin.cli bench --out "$OUT/bench_caps" \
+    --shapes "$FS" --layouts row_major --formats fp8_block128 --tokens "${FB_CAPS_TOKENS:-$FT}" \
+    --write-caps "$OUT/caps.json" > "$OUT/caps.log" 2>&1
+  SGLANG_SMALLM_CAPS_FILE="$OUT/caps.json" timeout 120 env PYTHONPATH="$SG_PATH" python3 -m sglang_smallm_plugin.cli \
+    doctor --inter 256 > "$OUT/caps_doctor.log" 2>&1
+fi
 peer_stage "$FT"
 stamp done
 for f in "$OUT"/bench_*_fallback.log; do
@@ -35,5 +45,9 @@ for f in "$OUT"/bench_*_fallback.log; do
   grep -E " fallback |fallback: no time|Traceback|Error" "$f" | sed -E 's/ +/ /g' | cut -c1-200 | head -24
 done
 bench_summary "$OUT"/bench_*.log
+if [ -e "$OUT/caps.log" ]; then
+  echo "== bench --write-caps"; grep -A6 "^token caps measured" "$OUT/caps.log" || tail -5 "$OUT/caps.log"
+  grep -E "measured caps|token cap " "$OUT/caps_doctor.log" | cut -c1-200
+fi
 peer_summary
 pack

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from . import gate, kernels
+from . import gate, kernels, measured_caps
 from .calls import FP8_BLOCK128, ROW_MAJOR
 from .shapes import shape_by_name
 from .testdata import make_call, make_weights
@@ -142,7 +142,7 @@ def bench_shape(shape, weight_format, layout, tokens, bw, copies=8, device="cuda
     not depend on the layout the kernel reads; SGLang lays the weights out for its own runner). The
     fallback runs after every kernel and floor row of the shape, so nothing it does can touch those."""
     arch = kernels.device_info(device).arch
-    cap = gate.shape_cap(arch, weight_format, shape)
+    cap = gate.shape_cap(arch, weight_format, shape, layout)
     weights = [make_weights(shape, weight_format, layout, 1000 + c, device) for c in range(copies)]
     eb = shape.expert_bytes(weight_format)
     flats = [torch.randint(0, 255, (shape.experts * eb,), dtype=torch.uint8, device=device) for _ in range(copies)]
@@ -225,7 +225,12 @@ def plot(rows, path):
 
 
 def run(shapes=("qwen35-tp4", "qwen35-tp8"), formats=(FP8_BLOCK128,), layouts=(ROW_MAJOR,),
-        tokens=DEFAULT_TOKENS, out_dir=".", copies=8, echo=print, fallback=True) -> list:
+        tokens=DEFAULT_TOKENS, out_dir=".", copies=8, echo=print, fallback=True, write_caps=None) -> list:
+    """write_caps: a path; the caps this run measures are checked and written there (measured_caps.py)."""
+    if write_caps:
+        why = measured_caps.write_problem(layouts, tokens, fallback)
+        if why:
+            raise SystemExit(f"sglang-smallm bench: {why}")
     info = kernels.require_gpu_kernels("bench", "on CPU run `sglang-smallm demo` instead")
     bw = copy_bandwidth()
     echo(f"bench on {info.name} ({info.arch}) {time.strftime('%Y-%m-%d %H:%M:%S')}; copy bandwidth {bw / 1e12:.3f} TB/s "
@@ -263,4 +268,31 @@ def run(shapes=("qwen35-tp4", "qwen35-tp8"), formats=(FP8_BLOCK128,), layouts=(R
              f"{r['over_floor_2dep']:.2f}x | {r['calls']} | {r['calls_weight_mbytes'] / r['floor_weight_mbytes']:.2f}x | "
              f"{'-' if r['fallback_us'] is None else format(r['fallback_us'], '.1f')} |"
              + (f" {'-' if r['shipped_us'] is None else format(r['shipped_us'], '.1f')} |" if shipped else ""))
+    if write_caps:
+        write_measured_caps(rows, write_caps, meta, shapes, echo)
     return rows
+
+
+def write_measured_caps(rows, path, meta, shape_names, echo=print) -> list:
+    """`bench --write-caps`: caps derived from the rows, the kernel checked at each count up to them (selftest, two
+    seeds), written to path with the run's device and versions."""
+    import sys
+
+    from . import selftest
+
+    def check(shape, weight_format, layout, counts):
+        return [r.ok for r in selftest.run(formats=(weight_format,), shapes=(shape.name,), layouts=(layout,),
+                                           seeds=range(2), tokens=counts, echo=echo)]
+
+    try:
+        import sglang
+        sglang_version = getattr(sglang, "__version__", "?")
+    except Exception:  # noqa: BLE001 - the file records it where it can
+        sglang_version = "not importable"
+    file_meta = dict(device=meta["device"], arch=meta["arch"], date=meta["date"],
+                     command=" ".join(["sglang-smallm", *sys.argv[1:]]), torch=meta["torch"], sglang=sglang_version)
+    try:
+        return measured_caps.write_from_bench(rows, path, file_meta, {n: shape_by_name(n) for n in shape_names}, check,
+                                              echo)
+    except measured_caps.CapsFileError as e:
+        raise SystemExit(f"sglang-smallm bench: {e}")

@@ -64,7 +64,7 @@ def cmd_bench(a):
     from . import bench
 
     bench.run(shapes=_shapes(a.shapes), formats=_csv(a.formats), layouts=_csv(a.layouts),
-              tokens=a.tokens, out_dir=a.out, copies=a.copies, fallback=not a.no_fallback)
+              tokens=a.tokens, out_dir=a.out, copies=a.copies, fallback=not a.no_fallback, write_caps=a.write_caps)
     return 0
 
 
@@ -96,8 +96,9 @@ def main(argv=None):
     d.add_argument("--experts", type=int, default=513)
     d.add_argument("--top-k", type=int, default=11, help="slots per token incl. fused shared experts")
     d.add_argument("--format", default=FP8_BLOCK128, choices=(FP8_BLOCK128, MXFP4))
-    d.add_argument("--layout", default=ROW_MAJOR, choices=(ROW_MAJOR, SHUFFLE16),
-                   help="weight layout the kernel plan is for (SGLang's FP8 path on CUDA: row_major)")
+    d.add_argument("--layout", default=None, choices=(ROW_MAJOR, SHUFFLE16),
+                   help="weight layout of the decision table (default: the one SGLang gives its runner there, "
+                        "shuffle16x16 on gfx950 with AITER, row_major on CUDA)")
     d.add_argument("--arch", default=None, help="decision table for this arch instead of the local device")
     d.add_argument("--tokens", type=token_counts, default="",
                    help="token counts for the decision table (default: 1,2,4,8,16,20,21,32,48,49,64 and the "
@@ -121,6 +122,11 @@ def main(argv=None):
     b.add_argument("--sort", action="store_true", help="the sort benchmark instead (ours vs the fallback's sort)")
     b.add_argument("--no-fallback", action="store_true",
                    help="do not time the fallback (SGLang's own FusedMoE with the kernels off) beside the kernel")
+    b.add_argument("--write-caps", metavar="FILE", default=None,
+                   help="derive each shape's token cap from this run (the largest count up to which the kernel was "
+                        "faster than SGLang's own path at every count measured), check the kernel at those counts, "
+                        "and write them to FILE for SGLANG_SMALLM_CAPS_FILE (needs row_major among --layouts and 1 "
+                        "among --tokens; measure every count you serve, e.g. --tokens $(seq -s, 1 48))")
     b.set_defaults(fn=cmd_bench)
 
     s = sub.add_parser("selftest", help="kernel numerics on this GPU against the reference")

@@ -5,7 +5,7 @@ import os
 
 import torch
 
-from . import envs, gate, hookspecs, kernels, sort_gate
+from . import envs, gate, hookspecs, kernels, measured_caps, sort_gate
 
 # token counts of the decision table where --tokens is not given (with the shape's cap and cap + 1)
 DOCTOR_TOKENS = (1, 2, 4, 8, 16, 20, 21, 32, 48, 49, 64)
@@ -65,14 +65,22 @@ def main(a) -> int:
         problem = sw.problem()
         _line(sw.name, f"NOT TAKEN: {problem}" if problem else f"{sw.get()!r}  ({sw.meaning})")
     arch = a.arch or (info.arch if info.kind != "cpu" else "gfx950")
-    cap, cap_source = gate.token_cap(arch, a.format, a.inter, a.top_k, a.hidden)
+    layout = a.layout or ("shuffle16x16" if arch.startswith("gfx") else "row_major")
+    cap, cap_source = gate.token_cap(arch, a.format, a.inter, a.top_k, a.hidden, a.experts, layout)
     if a.tokens:
         tokens = list(a.tokens)
     else:  # the usual counts, and where this shape's cap switches to the fallback
         tokens = sorted(set(DOCTOR_TOKENS) | ({cap, cap + 1} if cap > 0 else set()))
-    print(f"Gate decisions for D={a.hidden} I={a.inter} E={a.experts} K={a.top_k} {a.format} {a.layout} on {arch}"
+    print(f"Gate decisions for D={a.hidden} I={a.inter} E={a.experts} K={a.top_k} {a.format} {layout} on {arch}"
           + ("" if a.arch or info.kind != "cpu" else " (no GPU here: showing MI355X)"))
     _line("token cap", f"{cap} ({cap_source})")
+    caps_path = measured_caps.file_path()
+    if caps_path and not envs.CAPS_FILE.problem():
+        meta, caps = measured_caps.load(caps_path)
+        other = info.kind != "cpu" and meta["arch"] != info.arch
+        _line("measured caps", measured_caps.describe(caps_path, meta, caps)
+              + (f" (NOT USABLE HERE: measured on {meta['arch']}, this device is {info.arch}; the server refuses it)"
+                 if other else ""))
     if a.format == "fp8_block128" and arch.startswith("sm_"):
         from .sglang_integration.triton_configs import tuned_fallback_note, user_fp8_configs
 
@@ -80,8 +88,9 @@ def main(a) -> int:
         _line("Triton fallback config", tuned_fallback_note(a.experts, a.inter, own, gate.user_max_tokens() is not None)
               or (f"yours: {own[0]} (SGLANG_SMALLM_MAX_TOKENS set)" if own else
                   "the configurations SGLang ships (no SGLANG_MOE_CONFIG_DIR file for this E and N)"))
-    for t, eligible, reason in gate.decision_table(arch, a.format, a.hidden, a.inter, a.experts, a.top_k, tokens):
-        plan = (f"; runs {kernels.kernel_plan(arch, a.format, t, a.top_k, a.hidden, a.inter, layout=a.layout)}"
+    for t, eligible, reason in gate.decision_table(arch, a.format, a.hidden, a.inter, a.experts, a.top_k, tokens,
+                                                      layout):
+        plan = (f"; runs {kernels.kernel_plan(arch, a.format, t, a.top_k, a.hidden, a.inter, layout=layout)}"
                 if eligible else "")
         _line(f"tokens={t}", f"{'kernel  ' if eligible else 'fallback'}  {reason}{plan}")
     print("Rules (in order; the first failing one is the recorded reason)")

@@ -10,6 +10,7 @@ from typing import Optional
 BOOL = ("0", "1", "true", "false", "yes", "no", "on", "off")  # read here, in Python
 ZERO_ONE = ("0", "1")  # read by the kernel launcher: off where the value starts with 0
 COUNT = "a whole number >= 0"  # read by the kernel launcher with atoi
+CAPS_PATH = "a caps file"  # a path to a file `sglang-smallm bench --write-caps` wrote (measured_caps.py checks it)
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,10 @@ class Switch:
         if raw is None or self.accepts is None:
             return ""
         v = raw.strip().lower()
+        if self.accepts == CAPS_PATH:
+            from . import measured_caps  # the package's module: envs is read alone only by setup.py, for BUILD
+
+            return measured_caps.file_problem(raw.strip()) if raw.strip() else ""
         if self.accepts == COUNT:
             if v == "" or v.isdigit():
                 return ""
@@ -62,6 +67,10 @@ MAX_TOKENS = Switch("SGLANG_SMALLM_MAX_TOKENS", "",
                     "SGLang ships; with a tuned configuration of your own for the fallback set it lower (on the H200 "
                     "the kernel was faster than a tuned one up to 19 tokens at Qwen3.5 TP4, 24 at TP8, 8 at I=384)",
                     accepts=COUNT)
+CAPS_FILE = Switch("SGLANG_SMALLM_CAPS_FILE", "",
+                   "a file of token caps measured on this machine (`sglang-smallm bench --write-caps FILE`): for each "
+                   "shape it lists, its cap replaces the built-in one (raised or lowered); other shapes keep theirs. A "
+                   "file that cannot be read, or one measured on another arch, fails the startup", accepts=CAPS_PATH)
 
 KERNEL_VARIANT = Switch("SMALLM_KERNEL_VARIANT", "",
                         "A/B switch (read once by the kernel launcher; kernels.VARIANTS lists them; doctor and selftest "
@@ -140,7 +149,7 @@ GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     "default). Not for serving: 2 was 0-23 % slower end to end, 3 1.8-2.9x slower, 1 over the 1e-3 "
                     "tolerance in the wide_scales edge case (examples/results \"h200-tma\")",
                     accepts=("0", "1", "2", "3"))
-ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, MAX_TOKENS, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, GATEUP_PDL, X_PREFETCH,
+ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, MAX_TOKENS, CAPS_FILE, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, GATEUP_PDL, X_PREFETCH,
        GATEUP_TEAMS, DOWN_TEAMS, GATEUP_PER_SM, DOWN_PER_SM, DOWN_LO8, DOWN_RING, MMA_SPLIT, MMA_SPLIT_TOKENS,
        MMA_SPLIT_DOWN, GATEUP_TMA)
 
@@ -151,6 +160,8 @@ def takes_text(sw: Switch) -> str:
         return "any"
     if sw.accepts == COUNT:
         return "0, 1, 2, ..."
+    if sw.accepts == CAPS_PATH:
+        return "a file path"
     return ", ".join(f"`{a}`" if a else "empty" for a in sw.accepts)
 
 

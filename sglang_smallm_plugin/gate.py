@@ -2,7 +2,9 @@
 
 A call goes to a compiled kernel only if every rule passes; otherwise it takes the fallback and
 the first failing rule's reason is recorded (logged once per layer shape and path). `doctor`
-prints the same rules and caps, so what users read is what runs.
+prints the same rules and caps, so what users read is what runs. A cap measured on the serving machine
+(SGLANG_SMALLM_CAPS_FILE, written by `sglang-smallm bench --write-caps`: measured_caps.py) replaces the
+built-in one for exactly the shape it was measured for.
 """
 
 from dataclasses import dataclass
@@ -10,7 +12,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from . import envs
+from . import envs, measured_caps
 from .calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16, MoeCall
 
 # Limits compiled into the kernel (hip/smallm_args.h); keep in sync.
@@ -147,11 +149,17 @@ CAPS: Sequence[Cap] = (
 SUPPORTED_ARCHS = ("gfx950", "sm_90")
 
 
-def token_cap(arch: str, weight_format: str, inter: int, top_k: int, hidden: Optional[int] = None) -> tuple:
-    """-> (cap, source). The kernel's pair limit bounds every cap. A row with hidden_max applies only
-    where the hidden size is given and within it; one with slots_max only up to that many slots.
-    SGLANG_SMALLM_MAX_TOKENS, where set below the cap, lowers it (user_limit)."""
+def token_cap(arch: str, weight_format: str, inter: int, top_k: int, hidden: Optional[int] = None,
+              experts: Optional[int] = None, layout: Optional[str] = None) -> tuple:
+    """-> (cap, source). A cap measured on this machine for exactly this shape (SGLANG_SMALLM_CAPS_FILE,
+    measured_caps.py; needs hidden, experts and layout) comes first, then the first matching CAPS row. The
+    kernel's pair limit bounds every cap. A row with hidden_max applies only where the hidden size is given and
+    within it; one with slots_max only up to that many slots. SGLANG_SMALLM_MAX_TOKENS, where set below the cap,
+    lowers it (user_limit)."""
     hard = MAX_PAIRS // max(top_k, 1)
+    measured = measured_caps.lookup(arch, weight_format, layout, hidden, inter, experts, top_k)
+    if measured is not None:
+        return user_limit(min(measured[0], hard), measured[1])
     for c in CAPS:
         if (arch.startswith(c.arch) and c.weight_format == weight_format and (c.inter_max is None or inter <= c.inter_max)
                 and (c.hidden_max is None or (hidden is not None and hidden <= c.hidden_max))
@@ -177,12 +185,12 @@ def user_limit(cap: int, source: str) -> tuple:
 
 def call_cap(call: MoeCall, arch: str) -> tuple:
     """token_cap for a call's format and shape: -> (cap, source)."""
-    return token_cap(arch, call.weight_format, call.inter, call.top_k, call.hidden)
+    return token_cap(arch, call.weight_format, call.inter, call.top_k, call.hidden, call.num_experts, call.layout)
 
 
-def shape_cap(arch: str, weight_format: str, shape) -> int:
-    """token_cap's cap for a shapes.MoeShape (selftest and bench)."""
-    return token_cap(arch, weight_format, shape.inter, shape.slots, shape.hidden)[0]
+def shape_cap(arch: str, weight_format: str, shape, layout: Optional[str] = None) -> int:
+    """token_cap's cap for a shapes.MoeShape (selftest and bench; a measured cap only where layout is given)."""
+    return token_cap(arch, weight_format, shape.inter, shape.slots, shape.hidden, shape.experts, layout)[0]
 
 
 def shape_problem(hidden: int, inter: int, experts: int, top_k: int) -> str:
@@ -314,18 +322,22 @@ def evaluate(call: MoeCall, arch: str) -> tuple:
 
 
 def decision_table(arch: str, weight_format: str, hidden: int, inter: int, experts: int, top_k: int,
-                   tokens: Sequence[int]) -> list:
-    """For doctor: [(tokens, eligible, reason)] for a model shape, using meta tensors."""
+                   tokens: Sequence[int], layout: Optional[str] = None) -> list:
+    """For doctor: [(tokens, eligible, reason)] for a model shape, using meta tensors. layout: the weights'
+    (default: AITER's shuffle on gfx, row-major elsewhere, as SGLang lays them out for its runner there)."""
     rows = []
     div = 1 if weight_format == FP8_BLOCK128 else 2
     meta = "meta"
+    layout = layout or (SHUFFLE16 if arch.startswith("gfx") else ROW_MAJOR)
+    # AITER's e8m0_shuffle pads the scale columns to a multiple of 8 (I = 128: 4 -> 8)
+    cols = (lambda n: (n + 7) // 8 * 8) if layout == SHUFFLE16 else (lambda n: n)
     for t in tokens:
         if weight_format == FP8_BLOCK128:
             s13 = torch.empty(experts, 2 * inter // 128, hidden // 128, device=meta)
             s2 = torch.empty(experts, hidden // 128, inter // 128, device=meta)
         else:
-            s13 = torch.empty(experts, 2 * inter, hidden // 32, dtype=torch.uint8, device=meta)
-            s2 = torch.empty(experts, hidden, inter // 32, dtype=torch.uint8, device=meta)
+            s13 = torch.empty(experts, 2 * inter, cols(hidden // 32), dtype=torch.uint8, device=meta)
+            s2 = torch.empty(experts, hidden, cols(inter // 32), dtype=torch.uint8, device=meta)
         call = MoeCall(
             x=torch.empty(t, hidden, dtype=torch.bfloat16, device=meta),
             w13=torch.empty(experts, 2 * inter, hidden // div, dtype=torch.uint8, device=meta),
@@ -333,7 +345,7 @@ def decision_table(arch: str, weight_format: str, hidden: int, inter: int, exper
             w13_scale=s13, w2_scale=s2,
             topk_weights=torch.empty(t, top_k, device=meta),
             topk_ids=torch.empty(t, top_k, dtype=torch.int32, device=meta),
-            weight_format=weight_format, layout=SHUFFLE16 if arch.startswith("gfx") else ROW_MAJOR)
+            weight_format=weight_format, layout=layout)
         ok, reason = evaluate(call, arch)
         rows.append((t, ok, reason))
     return rows

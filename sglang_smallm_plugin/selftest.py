@@ -40,10 +40,10 @@ class CaseResult:
                 and self.pad_identical)
 
 
-def default_tokens(shape, weight_format, arch) -> list:
-    """1, 3, 8 and the device's cap; where that cap is below 8 (H200), also the kernel's own range
-    up to 48 tokens."""
-    cap = gate.shape_cap(arch, weight_format, shape)
+def default_tokens(shape, weight_format, arch, layout=None) -> list:
+    """1, 3, 8 and the device's cap (a cap measured on this machine where SGLANG_SMALLM_CAPS_FILE has one for the
+    shape and layout); where that cap is below 8 (H200), also the kernel's own range up to 48 tokens."""
+    cap = gate.shape_cap(arch, weight_format, shape, layout)
     top = cap if cap >= 8 else min(48, gate.MAX_PAIRS // shape.slots)
     return sorted({t for t in (1, 3, 8, cap, top) if 0 < t <= top})
 
@@ -98,7 +98,7 @@ def run(formats=(FP8_BLOCK128,), shapes=tuple(SHAPES), layouts=(ROW_MAJOR, SHUFF
         for name in shapes:
             shape = shape_by_name(name)
             for layout in layouts:
-                toks = tokens or default_tokens(shape, fmt, arch)
+                toks = tokens or default_tokens(shape, fmt, arch, layout)
                 per_t = {t: [] for t in toks}
                 for seed in seeds:
                     w = make_weights(shape, fmt, layout, seed, device)

@@ -227,6 +227,12 @@ def test_decision_table_for_doctor():
     rows = gate.decision_table("gfx950", "fp8_block128", 4096, 256, 513, 11, [1, 20, 21])
     assert [ok for _, ok, _ in rows] == [True, True, False]
     assert "cap 20" in rows[2][2]
+    # MXFP4 on gfx950 is AITER-shuffled, its e8m0 columns padded to 8 (I = 128: 4 -> 8): the table's scales must be
+    # the shuffled layer's, or every count reads "scales" (it did, before 2026-12-04's fifty-first session)
+    for layout in (None, "shuffle16x16", "row_major"):
+        rows = gate.decision_table("gfx950", "mxfp4", 4096, 128, 513, 11, [1, 40, 41], layout)
+        assert [ok for _, ok, _ in rows] == [True, True, False], (layout, rows)
+        assert rows[2][2].startswith("tokens: 41 tokens > cap 40")
 
 
 def test_no_gpu_never_uses_compiled_kernel(real_objects):
@@ -337,3 +343,37 @@ def test_hidden_padding_is_not_taken(sglang_smallm):
     ok, why = gate.evaluate(call, "gfx950")
     assert not ok and "hidden size padded by 128" in why, why
     assert describe_call(dispatch, qi, config, "fp8_block128").weight_format == "fp8_block128"
+
+
+@pytest.mark.parametrize("measured", [2, 70])
+def test_measured_cap_decides_through_sglangs_runner(fake_gpu, real_objects, monkeypatch, tmp_path, measured):
+    """A cap from SGLANG_SMALLM_CAPS_FILE (measured_caps.py) for the layer's exact shape replaces the built-in one,
+    lowered (2) or raised (70), and each decision names the file; an entry for another E leaves the built-in cap."""
+    import json
+
+    from sglang_smallm_plugin import measured_caps
+
+    layer, core, dispatch, qi = real_objects
+    builtin = gate.shape_cap(fake_gpu, "fp8_block128", SHAPE, "row_major")
+    entry = dict(weight_format="fp8_block128", layout="row_major", hidden=SHAPE.hidden, inter=SHAPE.inter,
+                 experts=SHAPE.experts, top_k=SHAPE.slots, cap=measured, against="SGLang's fallback, kernels off")
+    doc = dict(kind=measured_caps.KIND, version=measured_caps.VERSION, device="fake", arch=fake_gpu, date="2026-12-04",
+               entries=[entry])
+    path = tmp_path / "caps.json"
+    path.write_text(json.dumps(doc))
+    measured_caps.forget()
+    monkeypatch.setenv("SGLANG_SMALLM_CAPS_FILE", str(path))
+    try:
+        assert envs.problems() == [] and measured != builtin
+        for T, expect in ((measured, "kernel:smallm-compiled"), (measured + 1, "fallback:triton")):
+            decision, _ = _decide(core, _with_tokens(dispatch, T), qi, core.config)
+            assert decision.path == expect, (T, decision)
+            assert "measured on this machine (fake, 2026-12-04)" in decision.reason
+        assert f"tokens: {measured + 1} tokens > cap {measured} (measured on this machine" in decision.reason
+        path.write_text(json.dumps(dict(doc, entries=[dict(entry, experts=SHAPE.experts + 1)])))
+        measured_caps.forget()
+        decision, _ = _decide(core, _with_tokens(dispatch, builtin + 1), qi, core.config)
+        assert decision.path == "fallback:triton" and f"> cap {builtin} (" in decision.reason
+        assert "measured on this machine" not in decision.reason
+    finally:
+        measured_caps.forget()

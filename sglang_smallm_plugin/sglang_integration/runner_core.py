@@ -212,6 +212,14 @@ def build_smallm_runner(method, layer, config, *, weight_format, fallback_runner
             f"sglang-smallm: --moe-runner-backend smallm supports expert-parallel size 1 (tensor parallel only); "
             f"this layer has ep_size={ep}. Fix: drop --ep-size, or use --moe-runner-backend "
             f"{fallback_backend.value if fallback_backend is not None else 'aiter'}.")
+    from .. import measured_caps
+
+    if measured_caps.file_path() and torch.cuda.is_available():  # measured on another arch: refused (CPU: no caps)
+        from .. import kernels
+        from ..runner import log_once
+
+        caps_note = measured_caps.check_device(kernels.device_info().arch)
+        log_once(("caps-file", measured_caps.file_path()), "sglang-smallm: %s", caps_note)
     config.layer = layer
     runner = MoeRunner(RegisteredMoeRunnerBackend(BACKEND_NAME), config)
     core = runner.runner_core
