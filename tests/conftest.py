@@ -59,3 +59,8 @@ def stage_banks():
 @pytest.fixture(scope="session")
 def waitcnt():
     return _sass_script("waitcnt", folder="isa")
+
+
+@pytest.fixture(scope="session")
+def valu_per_byte():
+    return _sass_script("valu_per_byte", folder="isa")

@@ -92,6 +92,22 @@ def test_gfx950_block_kernel_keeps_the_next_items_weights_in_flight(gfx950_build
         assert not any("v_readfirstlane" in line for line in after), (name, after)
 
 
+def test_gfx950_block_kernel_pair_step_stays_within_the_hbm_issue_budget(gfx950_build, valu_per_byte):
+    """The block kernel's phase-1 pair step (per weight vector and pair: scale-convert, v_dot2c, the x reads) read from
+    the assembly (examples/isa/valu_per_byte.py; docs/gfx950-isa-notes.md): FP8 17.5 and MXFP4 33.5 vector instructions
+    per 16-byte vector per pair when written, against MI355X's ~79 per KiB of HBM. A change that makes the step heavier
+    lowers the pairs per expert an MI355X can take before its arithmetic, not HBM, sets the pace: one instruction
+    more than each of these bounds, and this fails."""
+    path = next(p for p, _ in gfx950_build if p.name.startswith("smallm_moe."))
+    rows = {r["kernel"]: r for r in valu_per_byte.summary(path.read_text())}
+    assert set(rows) == {f"{f} {l}" for f in ("fp8_block128", "mxfp4") for l in ("row_major", "shuffle16x16")}
+    for name, r in rows.items():
+        bound = 18.0 if name.startswith("fp8") else 34.0  # 35 / 2 and 67 / 2 vector instructions (two vectors a block)
+        assert r["steps"] >= 1 and r["valu_per_vector_pair"] <= bound, (name, r)
+        # Qwen3.5 at its gfx950 caps averages 1.3 (FP8 at 20 tokens, I = 256) to 1.7 pairs per expert (48 at I = 128)
+        assert r["pairs_at_budget"] > 2.0, (name, r)
+
+
 def test_gfx950_sort_kernels(gfx950):
     """The sort: shared-memory atomics only in the distributed histogram; the fused MXFP8 encode
     (round to nearest even) only in the AITER format; byte stores for the sorted scales; no
