@@ -31,6 +31,7 @@ def test_on_rocm_it_says_whether_sglang_enabled_it(upstream, monkeypatch, enable
     s = upstream_smallm.status()
     assert s.startswith(says), s
     assert ("SGLANG_ROCM_SMALLM_MOE=0 turns it off too" in s) == enabled and ("not enabled here" in s) != enabled
+    assert ("--write-caps FILE` times both" in s) == enabled  # which is faster there is for the user to measure
 
 
 def test_an_sglang_without_it(monkeypatch):

@@ -36,7 +36,10 @@ def status() -> str:
         return (f"in this SGLang ({caps}), not enabled here (SGLANG_ROCM_SMALLM_MOE=0, or not gfx950 / ROCm >= 7.2 / "
                 f"hipcc; SGLang logs which)")
     return (f"enabled ({caps}): SGLang's AITER runner, this plugin's fallback, runs it for calls handed over "
-            f"inside those caps and shapes (none at the default caps); SGLANG_ROCM_SMALLM_MOE=0 turns it off too")
+            f"inside those caps and shapes (none at the default caps); SGLANG_ROCM_SMALLM_MOE=0 turns it off too. "
+            f"Which of the two is faster here is not known until measured: `sglang-smallm bench --shapes <yours> "
+            f"--layouts row_major,shuffle16x16 --write-caps FILE` times both and writes caps for "
+            f"SGLANG_SMALLM_CAPS_FILE")
 
 
 def enabled_here() -> bool:
