@@ -80,7 +80,7 @@ def alternative_of(rows) -> tuple:
 
 def derive(rows) -> list:
     """Bench rows (bench.bench_shape's dicts) -> one dict per (shape, format, layout): cap, against, faster_at_last,
-    measured, why (how the cap ended). The alternative's time of a count is the row-major row's of the same shape,
+    measured, why (how the cap ended), written (False where the alternative has no time at 1 token: no finding). The alternative's time of a count is the row-major row's of the same shape,
     format and count (the bench times the fallback there; SGLang lays the weights out for its own runner)."""
     groups = {}
     for r in rows:
@@ -105,8 +105,12 @@ def derive(rows) -> list:
                 cap = t
             else:
                 why = f"faster at every count measured, up to {cap} (a higher cap was not looked for)"
+        # nothing to compare with at 1 token (e.g. MXFP4 on CUDA, where SGLang's scheme does not run): no finding,
+        # so no entry (a cap of 0 would read as "the kernel lost")
+        timed = bool(measured) and measured[0][0] == 1 and measured[0][2] is not None
         out.append(dict(shape=shape, weight_format=fmt, layout=layout, cap=cap, against=label,
-                        faster_at_last=bool(measured) and cap == measured[-1][0], measured=measured, why=why))
+                        faster_at_last=bool(measured) and cap == measured[-1][0], measured=measured, why=why,
+                        written=timed))
     return out
 
 
@@ -246,7 +250,7 @@ def write_from_bench(rows, path: str, meta: dict, shapes: dict, check, echo=prin
     check(shape, weight_format, layout, tokens) -> [ok per case] runs the selftest's check at those counts.
     Returns derive's dicts (with 'checked'); raises CapsFileError, writing nothing, where a check fails."""
     derived = derive(rows)
-    for d in derived:
+    for d in (d for d in derived if d["written"]):
         shape = shapes[d["shape"]]
         d.update(hidden=shape.hidden, inter=shape.inter, experts=shape.experts, top_k=shape.slots)
         counts = [t for t, _, _ in d["measured"] if t <= d["cap"]]
@@ -257,13 +261,14 @@ def write_from_bench(rows, path: str, meta: dict, shapes: dict, check, echo=prin
                                 f"{d['layout']} at {counts} tokens: {path} was not written. Run `sglang-smallm selftest "
                                 f"--shapes {d['shape']} --formats {d['weight_format']} --layouts {d['layout']}` and "
                                 "report its output")
-    write(path, derived, meta)
+    write(path, [d for d in derived if d["written"]], meta)
     echo(f"\ntoken caps measured on {meta['device']} ({meta['arch']}), written to {path}; serve with "
          f"{envs.CAPS_FILE.name}={path}")
     echo("| shape | format | layout | cap | against | kernel checked at | how the cap ended |")
     echo("|---|---|---|---|---|---|---|")
     for d in derived:
         counts = [t for t, _, _ in d["measured"] if t <= d["cap"]]
-        echo(f"| {d['shape']} | {d['weight_format']} | {d['layout']} | {d['cap']} | {d['against']} | "
+        echo(f"| {d['shape']} | {d['weight_format']} | {d['layout']} | "
+             f"{d['cap'] if d['written'] else 'not written (built-in cap kept)'} | {d['against']} | "
              f"{','.join(map(str, counts)) or '-'} | {d['why']} |")
     return derived

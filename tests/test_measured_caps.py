@@ -223,6 +223,22 @@ def test_bench_write_caps_checks_then_writes(tmp_path, monkeypatch):
     assert not other.exists()
 
 
+def test_a_shape_whose_alternative_never_ran_gets_no_entry(tmp_path, monkeypatch):
+    """MXFP4 on CUDA: SGLang's Quark scheme does not run there, so the bench has no fallback time; that is no
+    finding, and writing cap 0 would turn the kernel off for the shape. The built-in cap stays."""
+    rows = _rows([10, 20, 30, 40, 50], [20, 30, 35, 39, 60]) + _rows([5, 6, 7, 8, 9], [None] * 5, fmt="mxfp4")
+    monkeypatch.setattr(selftest, "run", lambda formats, shapes, layouts, seeds, tokens, echo: [
+        selftest.CaseResult(shapes[0], formats[0], layouts[0], t, 0, 1e-4, True, True, True, 1e-3) for t in tokens])
+    lines = []
+    path = tmp_path / "caps.json"
+    derived = bench.write_measured_caps(rows, str(path), dict(device="H200", arch="sm_90", date="2026-12-04",
+                                                              torch="2.9"), ("qwen35-tp8",), echo=lines.append)
+    assert [d["written"] for d in derived] == [True, False]
+    assert [e["weight_format"] for e in json.loads(path.read_text())["entries"]] == ["fp8_block128"]
+    assert "| qwen35-tp8 | mxfp4 | row_major | not written (built-in cap kept) |" in "\n".join(lines)
+    assert "no time for SGLang's fallback, kernels off at 1 tokens" in "\n".join(lines)
+
+
 @pytest.mark.parametrize("argv, why", [
     (["--layouts", "shuffle16x16"], "needs row_major among --layouts"),
     (["--tokens", "2,4"], "needs 1 among --tokens"),
