@@ -80,8 +80,9 @@ def alternative_of(rows) -> tuple:
 
 def derive(rows) -> list:
     """Bench rows (bench.bench_shape's dicts) -> one dict per (shape, format, layout): cap, against, faster_at_last,
-    measured, why (how the cap ended), written (False where the alternative has no time at 1 token: no finding). The alternative's time of a count is the row-major row's of the same shape,
-    format and count (the bench times the fallback there; SGLang lays the weights out for its own runner)."""
+    measured, why (how the cap ended), written (False where the alternative has no time at 1 token: no finding). The
+    alternative's time of a count is the row-major row's of the same shape, format and count (the bench times the
+    fallback there; SGLang lays the weights out for its own runner)."""
     groups = {}
     for r in rows:
         groups.setdefault((r["shape"], r["format"], r["layout"]), []).append(r)
@@ -96,11 +97,12 @@ def derive(rows) -> list:
             why = "1 token was not measured (the cap covers every count from 1)"
         else:
             for t, k, a in measured:
+                at = f"{t} token{'' if t == 1 else 's'}"
                 if a is None:
-                    why = f"no time for {label} at {t} tokens"
+                    why = f"no time for {label} at {at}"
                     break
                 if not k < a:
-                    why = f"slower at {t} tokens ({k:.1f} vs {a:.1f} us)"
+                    why = f"slower at {at} ({k:.1f} vs {a:.1f} us)"
                     break
                 cap = t
             else:

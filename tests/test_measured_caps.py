@@ -40,7 +40,7 @@ def test_cap_is_the_last_count_of_the_first_faster_run():
     d, = measured_caps.derive(_rows([10, 20, 30, 40, 50], [20, 30, 35, 45, 60]))
     assert d["cap"] == 16 and d["faster_at_last"] and "a higher cap was not looked for" in d["why"]
     d, = measured_caps.derive(_rows([10, 20, 30, 40, 50], [10, 30, 35, 45, 60]))  # level at 1 is not faster
-    assert d["cap"] == 0 and d["why"].startswith("slower at 1 tokens")
+    assert d["cap"] == 0 and d["why"].startswith("slower at 1 token (")
 
 
 def test_the_alternative_is_sglang_as_shipped_where_the_bench_timed_it():
@@ -236,7 +236,7 @@ def test_a_shape_whose_alternative_never_ran_gets_no_entry(tmp_path, monkeypatch
     assert [d["written"] for d in derived] == [True, False]
     assert [e["weight_format"] for e in json.loads(path.read_text())["entries"]] == ["fp8_block128"]
     assert "| qwen35-tp8 | mxfp4 | row_major | not written (built-in cap kept) |" in "\n".join(lines)
-    assert "no time for SGLang's fallback, kernels off at 1 tokens" in "\n".join(lines)
+    assert "no time for SGLang's fallback, kernels off at 1 token" in "\n".join(lines)
 
 
 @pytest.mark.parametrize("argv, why", [
