@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from sglang_smallm_plugin import bench, kernels
+from sglang_smallm_plugin import bench, kernels, launch_plan
 from sglang_smallm_plugin.shapes import shape_by_name
 
 SHAPE = "D1024-E9-K3-I128"  # small: one SGLang layer per weight copy is built on CPU
@@ -16,7 +16,7 @@ SHAPE = "D1024-E9-K3-I128"  # small: one SGLang layer per weight copy is built o
 @pytest.fixture
 def cpu_bench(monkeypatch, sglang_smallm):
     monkeypatch.setattr(kernels, "device_info", lambda device=None: kernels.DeviceInfo("cuda", "stub", "sm_90"))
-    monkeypatch.setattr(kernels, "_device_sms", lambda: 132)
+    monkeypatch.setattr(launch_plan, "_device_sms", lambda: 132)
     monkeypatch.setattr(bench, "time_graph", lambda calls: 100.0)
     monkeypatch.setattr(bench, "time_read_floor", lambda *a, **k: 80.0)
     return sglang_smallm

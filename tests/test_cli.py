@@ -197,13 +197,13 @@ def test_bench_call_weight_bytes_counts_an_expert_once_per_part():
 def test_bench_shape_rows_carry_the_split_calls_bytes(monkeypatch):
     """bench_shape's own bookkeeping on CPU (the timings stubbed: they need the GPU): rows say how many calls
     the launcher makes and what weight bytes those calls read beside the floor's."""
-    from sglang_smallm_plugin import bench, kernels
+    from sglang_smallm_plugin import bench, kernels, launch_plan
     from sglang_smallm_plugin.shapes import shape_by_name
 
     for var in ("SMALLM_MMA_SPLIT", "SMALLM_MMA_SPLIT_TOKENS", "SMALLM_KERNEL_VARIANT", "SMALLM_MMA"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(kernels, "device_info", lambda device=None: kernels.DeviceInfo("cuda", "stub", "sm_90"))
-    monkeypatch.setattr(kernels, "_device_sms", lambda: 132)
+    monkeypatch.setattr(launch_plan, "_device_sms", lambda: 132)
     monkeypatch.setattr(bench, "time_graph", lambda calls: 100.0)
     monkeypatch.setattr(bench, "time_read_floor", lambda *a, **k: 80.0)
     lines = []

@@ -1,11 +1,11 @@
-"""kernels.kernel_plan: the launcher's choice of kernels, mirrored in Python for the logs. Its
+"""kernels.kernel_plan (launch_plan.py): the launcher's choice of kernels, mirrored in Python for the logs. Its
 constants are read from the C++ headers here, so the mirror cannot drift from them silently."""
 import re
 from pathlib import Path
 
 import pytest
 
-from sglang_smallm_plugin import kernels
+from sglang_smallm_plugin import kernels, launch_plan
 
 HIP = Path(__file__).resolve().parents[1] / "hip"
 
@@ -52,8 +52,8 @@ def _format_elems(fmt_enum: str) -> int:
 def test_mma_step_values_match_the_headers():
     # mma_step_values<Fmt>() = 4 * Format<Fmt>::kElems (hip/smallm_moe_twopass.h)
     assert "return 4 * Format<Fmt>::kElems;" in (HIP / "smallm_moe_twopass.h").read_text()
-    assert kernels._mma_step_values("fp8_block128") == 4 * _format_elems("kFp8Block128")
-    assert kernels._mma_step_values("mxfp4") == 4 * _format_elems("kMxfp4")
+    assert launch_plan._mma_step_values("fp8_block128") == 4 * _format_elems("kFp8Block128")
+    assert launch_plan._mma_step_values("mxfp4") == 4 * _format_elems("kMxfp4")
 
 
 def test_every_switch_the_launcher_reads_is_documented():
