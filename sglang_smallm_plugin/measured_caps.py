@@ -274,3 +274,18 @@ def write_from_bench(rows, path: str, meta: dict, shapes: dict, check, echo=prin
              f"{d['cap'] if d['written'] else 'not written (built-in cap kept)'} | {d['against']} | "
              f"{','.join(map(str, counts)) or '-'} | {d['why']} |")
     return derived
+
+
+def missing_entry(arch: str, weight_format: str, layout: str, hidden: int, inter: int, experts: int,
+                  top_k: int) -> str:
+    """Where a caps file is set but has no entry for a layer of this shape: a line for the log (once per shape),
+    naming the entries it has (a layout measured as row_major but served shuffled is the likely slip); else ''."""
+    path = file_path()
+    if (not path or weight_format not in ("fp8_block128", "mxfp4") or layout not in ("row_major", "shuffle16x16")
+            or lookup(arch, weight_format, layout, hidden, inter, experts, top_k) is not None):
+        return ""  # no file, a layer the kernel cannot take anyway (the gate says why), or an entry for it
+    meta, caps = load(path)
+    return (f"sglang-smallm: {envs.CAPS_FILE.name}={path} has no entry for {weight_format} {layout} D={hidden} I={inter} "
+            f"E={experts} K={top_k} on {arch}, so this layer keeps the built-in caps; {describe(path, meta, caps)}. "
+            f"To measure it: sglang-smallm bench --shapes D{hidden}-E{experts}-K{top_k}-I{inter} --formats "
+            f"{weight_format} --layouts row_major,{layout} --write-caps FILE")

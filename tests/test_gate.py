@@ -346,7 +346,7 @@ def test_hidden_padding_is_not_taken(sglang_smallm):
 
 
 @pytest.mark.parametrize("measured", [2, 70])
-def test_measured_cap_decides_through_sglangs_runner(fake_gpu, real_objects, monkeypatch, tmp_path, measured):
+def test_measured_cap_decides_through_sglangs_runner(fake_gpu, real_objects, monkeypatch, tmp_path, measured, caplog):
     """A cap from SGLANG_SMALLM_CAPS_FILE (measured_caps.py) for the layer's exact shape replaces the built-in one,
     lowered (2) or raised (70), and each decision names the file; an entry for another E leaves the built-in cap."""
     import json
@@ -370,10 +370,21 @@ def test_measured_cap_decides_through_sglangs_runner(fake_gpu, real_objects, mon
             assert decision.path == expect, (T, decision)
             assert "measured on this machine (fake, 2026-12-04)" in decision.reason
         assert f"tokens: {measured + 1} tokens > cap {measured} (measured on this machine" in decision.reason
+        assert "has no entry" not in caplog.text
         path.write_text(json.dumps(dict(doc, entries=[dict(entry, experts=SHAPE.experts + 1)])))
         measured_caps.forget()
-        decision, _ = _decide(core, _with_tokens(dispatch, builtin + 1), qi, core.config)
+        from sglang_smallm_plugin import runner as runner_mod
+
+        runner_mod._logged.clear()
+        with caplog.at_level("WARNING", logger="sglang_smallm"):
+            decision, _ = _decide(core, _with_tokens(dispatch, builtin + 1), qi, core.config)
         assert decision.path == "fallback:triton" and f"> cap {builtin} (" in decision.reason
         assert "measured on this machine" not in decision.reason
+        # the log says once that the file has nothing for this layer, what it has, and how to measure it
+        assert (f"SGLANG_SMALLM_CAPS_FILE={path} has no entry for fp8_block128 row_major D={SHAPE.hidden} "
+                f"I={SHAPE.inter} E={SHAPE.experts} K={SHAPE.slots} on {fake_gpu}, so this layer keeps the built-in "
+                "caps") in caplog.text
+        assert f"E={SHAPE.experts + 1} K={SHAPE.slots}: cap {measured}" in caplog.text
+        assert f"--shapes D{SHAPE.hidden}-E{SHAPE.experts}-K{SHAPE.slots}-I{SHAPE.inter}" in caplog.text
     finally:
         measured_caps.forget()

@@ -1,6 +1,8 @@
 """The compiled small-M kernels (hip/), as a provider. Present when the extension was built."""
 
-from .. import gate, kernels, sort_gate
+import logging
+
+from .. import gate, kernels, measured_caps, sort_gate
 from ..calls import MoeCall, SortCall
 
 
@@ -26,7 +28,15 @@ class CompiledMoeProvider:
         ok, why = self.available(call.device)
         if not ok:
             return False, why
-        return gate.evaluate(call, kernels.device_info(call.device).arch)
+        arch = kernels.device_info(call.device).arch
+        missing = measured_caps.missing_entry(arch, call.weight_format, call.layout, call.hidden, call.inter,
+                                              call.num_experts, call.top_k)
+        if missing:  # a caps file that says nothing of this layer: the built-in cap decides, and the log says so
+            from ..runner import log_once
+
+            log_once(("caps-missing", arch, call.weight_format, call.layout, call.hidden, call.inter,
+                      call.num_experts, call.top_k), missing, level=logging.WARNING)
+        return gate.evaluate(call, arch)
 
     def run(self, call: MoeCall):
         return kernels.run_moe(call)
