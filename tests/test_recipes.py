@@ -119,3 +119,23 @@ def test_interactivity_recipe_is_a_command_line_sglangs_benchmark_accepts(tmp_pa
         assert ns["backend"] == "sglang" and ns["port"] == 30001 and ns["max_concurrency"] == conc, ns
         assert ns["dataset_name"] == "random" and ns["num_prompts"] == 8 * conc, ns
         assert ns["random_input_len"] == 1024 and ns["random_output_len"] == 512, ns
+
+
+def test_calibrate_recipe_is_a_bench_command_the_cli_takes(tmp_path, monkeypatch):
+    """examples/calibrate_qwen35_mi355x.sh: the `sglang-smallm bench --write-caps` line it runs, parsed by the plugin's
+    own CLI (bench.run stood in), for both TPs and formats; the default file name; its refusals."""
+    from sglang_smallm_plugin import bench, cli
+
+    for tp, fmt, name in (("tp4", "fp8", "fp8_block128"), ("tp8", "mxfp4", "mxfp4")):
+        calls = _run_recipe(tmp_path, "calibrate_qwen35_mi355x.sh", tp, fmt)
+        (bench_call,) = [c for c in calls if c["prog"] == "sglang-smallm"]
+        assert bench_call["env"]["SGLANG_USE_AITER"] == "1"
+        got = {}
+        monkeypatch.setattr(bench, "run", lambda **kw: got.update(kw) or [])
+        assert cli.main(bench_call["argv"]) == 0
+        assert got["shapes"] == (f"qwen35-{tp}",) and got["formats"] == (name,)
+        assert got["layouts"] == ("row_major", "shuffle16x16") and got["tokens"] == tuple(range(1, 65))
+        assert got["write_caps"] == f"caps_qwen35_{tp}_{fmt}.json" and got["fallback"] is True
+    r = subprocess.run(["bash", str(EXAMPLES / "calibrate_qwen35_mi355x.sh"), "tp8", "int4"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "fp8 or mxfp4" in r.stderr
