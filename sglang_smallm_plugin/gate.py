@@ -156,15 +156,19 @@ def token_cap(arch: str, weight_format: str, inter: int, top_k: int, hidden: Opt
     kernel's pair limit bounds every cap. A row with hidden_max applies only where the hidden size is given and
     within it; one with slots_max only up to that many slots. SGLANG_SMALLM_MAX_TOKENS, where set below the cap,
     lowers it (user_limit)."""
-    hard = MAX_PAIRS // max(top_k, 1)
     measured = measured_caps.lookup(arch, weight_format, layout, hidden, inter, experts, top_k)
     if measured is not None:
-        return user_limit(min(measured[0], hard), measured[1])
+        return user_limit(min(measured[0], MAX_PAIRS // max(top_k, 1)), measured[1])
+    return user_limit(*builtin_cap(arch, weight_format, inter, top_k, hidden))
+
+
+def builtin_cap(arch: str, weight_format: str, inter: int, top_k: int, hidden: Optional[int] = None) -> tuple:
+    """(cap, source) of the first matching CAPS row, within the kernel's pair limit; (0, why) where none matches."""
     for c in CAPS:
         if (arch.startswith(c.arch) and c.weight_format == weight_format and (c.inter_max is None or inter <= c.inter_max)
                 and (c.hidden_max is None or (hidden is not None and hidden <= c.hidden_max))
                 and (c.slots_max is None or top_k <= c.slots_max)):
-            return user_limit(min(c.tokens, hard), c.source)
+            return min(c.tokens, MAX_PAIRS // max(top_k, 1)), c.source
     return 0, f"no cap entry for {arch}/{weight_format}"
 
 

@@ -252,9 +252,11 @@ def write_from_bench(rows, path: str, meta: dict, shapes: dict, check, echo=prin
     check(shape, weight_format, layout, tokens) -> [ok per case] runs the selftest's check at those counts.
     Returns derive's dicts (with 'checked'); raises CapsFileError, writing nothing, where a check fails."""
     derived = derive(rows)
-    for d in (d for d in derived if d["written"]):
+    for d in derived:
         shape = shapes[d["shape"]]
         d.update(hidden=shape.hidden, inter=shape.inter, experts=shape.experts, top_k=shape.slots)
+    for d in (d for d in derived if d["written"]):
+        shape = shapes[d["shape"]]
         counts = [t for t, _, _ in d["measured"] if t <= d["cap"]]
         results = check(shape, d["weight_format"], d["layout"], counts) if counts else []
         d["checked"] = len(results)
@@ -263,15 +265,18 @@ def write_from_bench(rows, path: str, meta: dict, shapes: dict, check, echo=prin
                                 f"{d['layout']} at {counts} tokens: {path} was not written. Run `sglang-smallm selftest "
                                 f"--shapes {d['shape']} --formats {d['weight_format']} --layouts {d['layout']}` and "
                                 "report its output")
+    from .gate import builtin_cap  # gate reads this module: imported here, not at the top
+
     write(path, [d for d in derived if d["written"]], meta)
     echo(f"\ntoken caps measured on {meta['device']} ({meta['arch']}), written to {path}; serve with "
          f"{envs.CAPS_FILE.name}={path}")
-    echo("| shape | format | layout | cap | against | kernel checked at | how the cap ended |")
-    echo("|---|---|---|---|---|---|---|")
+    echo("| shape | format | layout | cap | built-in cap | against | kernel checked at | how the cap ended |")
+    echo("|---|---|---|---|---|---|---|---|")
     for d in derived:
         counts = [t for t, _, _ in d["measured"] if t <= d["cap"]]
+        builtin = builtin_cap(meta["arch"], d["weight_format"], d["inter"], d["top_k"], d["hidden"])[0]
         echo(f"| {d['shape']} | {d['weight_format']} | {d['layout']} | "
-             f"{d['cap'] if d['written'] else 'not written (built-in cap kept)'} | {d['against']} | "
+             f"{d['cap'] if d['written'] else 'not written (built-in cap kept)'} | {builtin} | {d['against']} | "
              f"{','.join(map(str, counts)) or '-'} | {d['why']} |")
     return derived
 

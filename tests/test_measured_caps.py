@@ -205,7 +205,10 @@ def test_bench_write_caps_checks_then_writes(tmp_path, monkeypatch):
     doc = json.loads(path.read_text())
     assert doc["arch"] == "gfx950" and doc["command"].startswith("sglang-smallm") and doc["sglang"]
     assert [(e["inter"], e["cap"]) for e in doc["entries"]] == [(128, 4), (256, 16)]
-    assert "| qwen35-tp8 | fp8_block128 | row_major | 4 | SGLang's fallback, kernels off | 1,2,4 | slower at 8" \
+    # the built-in cap beside each measured one (gfx950: FP8 at I = 128 48, MXFP4 at I = 256 40)
+    assert "| qwen35-tp8 | fp8_block128 | row_major | 4 | 48 | SGLang's fallback, kernels off | 1,2,4 | slower at 8" \
+        in "\n".join(lines)
+    assert "| qwen35-tp4 | mxfp4 | row_major | 16 | 40 | SGLang's fallback, kernels off | 1,2,4,8,16 | faster at" \
         in "\n".join(lines)
     monkeypatch.setenv(NAME, str(path))
     assert gate.token_cap("gfx950", "fp8_block128", 128, 11, 4096, 513, "row_major")[0] == 4
@@ -235,7 +238,7 @@ def test_a_shape_whose_alternative_never_ran_gets_no_entry(tmp_path, monkeypatch
                                                               torch="2.9"), ("qwen35-tp8",), echo=lines.append)
     assert [d["written"] for d in derived] == [True, False]
     assert [e["weight_format"] for e in json.loads(path.read_text())["entries"]] == ["fp8_block128"]
-    assert "| qwen35-tp8 | mxfp4 | row_major | not written (built-in cap kept) |" in "\n".join(lines)
+    assert "| qwen35-tp8 | mxfp4 | row_major | not written (built-in cap kept) | 48 |" in "\n".join(lines)
     assert "no time for SGLang's fallback, kernels off at 1 token" in "\n".join(lines)
 
 
