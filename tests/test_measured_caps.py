@@ -260,3 +260,12 @@ def test_doctor_shows_the_measured_caps(tmp_path, monkeypatch, capsys):
     assert "token cap                    56 (measured on this machine" in out
     assert "tokens=56                    kernel" in out and "tokens=57                    fallback  tokens: 57 tokens > " \
         "cap 56 (measured on this machine" in out
+
+
+def test_doctor_on_a_gpu_of_another_arch_says_the_file_is_not_usable(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(NAME, _file(tmp_path, arch="gfx950"))
+    monkeypatch.setattr(kernels, "device_info", lambda device=None: kernels.DeviceInfo("cuda", "H200", "sm_90"))
+    cli.main(["doctor", "--tokens", "1"])
+    out = capsys.readouterr().out
+    assert "(NOT USABLE HERE: measured on gfx950, this device is sm_90; the server refuses it)" in out
+    assert "token cap                    33 (H200 vs SGLang's layer" in out  # the built-in cap decides the table
