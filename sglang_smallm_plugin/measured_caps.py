@@ -267,6 +267,11 @@ def write_from_bench(rows, path: str, meta: dict, shapes: dict, check, echo=prin
                                 "report its output")
     from .gate import builtin_cap  # gate reads this module: imported here, not at the top
 
+    if not any(d["written"] for d in derived):
+        raise CapsFileError(f"SGLang's own path could not be timed for any shape of this run ("
+                            + "; ".join(f"{d['shape']} {d['weight_format']} {d['layout']}: {d['why']}" for d in derived)
+                            + f"): {path} was not written. The bench's fallback lines say why (SGLang importable? a "
+                            "scheme SGLang runs on this machine?)")
     write(path, [d for d in derived if d["written"]], meta)
     echo(f"\ntoken caps measured on {meta['device']} ({meta['arch']}), written to {path}; serve with "
          f"{envs.CAPS_FILE.name}={path}")

@@ -240,6 +240,13 @@ def test_a_shape_whose_alternative_never_ran_gets_no_entry(tmp_path, monkeypatch
     assert [e["weight_format"] for e in json.loads(path.read_text())["entries"]] == ["fp8_block128"]
     assert "| qwen35-tp8 | mxfp4 | row_major | not written (built-in cap kept) | 48 |" in "\n".join(lines)
     assert "no time for SGLang's fallback, kernels off at 1 token" in "\n".join(lines)
+    # nothing timed at all (SGLang not importable, say): no file, and why
+    empty = tmp_path / "empty.json"
+    with pytest.raises(SystemExit, match="could not be timed for any shape of this run \\(qwen35-tp8 mxfp4 row_major: "
+                                         "no time for .*empty.json was not written"):
+        bench.write_measured_caps(rows[5:], str(empty), dict(device="H200", arch="sm_90", date="2026-12-04",
+                                                             torch="2.9"), ("qwen35-tp8",), echo=lines.append)
+    assert not empty.exists()
 
 
 @pytest.mark.parametrize("argv, why", [
