@@ -15,7 +15,11 @@ with SMALLM_CHECK_FORMAT=mxfp4, the Quark W4A4 MXFP4 scheme. Checks, per token c
     dynamic=False, as SGLang's --enable-torch-compile compiles its forward per batch size), eagerly and then
     captured in a CUDA graph and replayed: bit-identical to the eager call;
   - FP8 where SGLang leaves the weights row-major (CUDA), unless SMALLM_CHECK_SHUFFLED=0: a layer whose processing
-    leaves AITER's (16,16) shuffle without the is_shuffled flag: the layout read from the bytes, the kernel within the tolerance on those weights.
+    leaves AITER's (16,16) shuffle without the is_shuffled flag: the layout read from the bytes, the kernel within the tolerance on those weights;
+  - unless SMALLM_CHECK_CAPS=0, a caps file (SGLANG_SMALLM_CAPS_FILE, as `bench --write-caps` writes it) for this
+    layer's shape with a cap of the smallest token count checked: a layer built with it sends that count to the
+    kernel and the larger ones to the fallback (bit-identical to that backend's layer), each decision naming the
+    file; a file measured on another arch fails the layer's construction.
 Where a path cannot run on the machine (the H200 image has no sgl_kernel: SGLang's Triton runner on CUDA
 calls its silu_and_mul, moe_align_block_size and moe_sum_reduce, which our import-only stub raises on;
 the Quark MXFP4 scheme's own path is AITER's, ROCm only), that check is reported as "not runnable here"
@@ -89,9 +93,10 @@ core = H.moe_method(layer).runner.runner_core
 print("smallm runner:", type(core).__name__, "fallback:", core.fallback_backend.value, flush=True)
 
 
-def check_call(T, c, label):
-    d = H.decide(layer, c)
-    out, why = run(layer, c)
+def check_call(T, c, label, lyr=None):
+    lyr = layer if lyr is None else lyr
+    d = H.decide(lyr, c)
+    out, why = run(lyr, c)
     ref, ref_why = out_peer["0" if os.environ.get("SGLANG_ROCM_SMALLM_MOE") == "0" else "1"][T]
     head = f"{label}T={T} path={d.path} ({d.reason})"
     if d.is_kernel:
@@ -212,6 +217,49 @@ def check_shuffled():
                f"AITER's layout inside SGLang's layer, rel_err {err:.2e} (tol {TOL:g})")
 
 
+CAPS = os.environ.get("SMALLM_CHECK_CAPS", "1") != "0"
+
+
+def check_measured_caps():
+    """A caps file for this layer's shape, its cap the smallest count checked: the layer built with it decides by
+    it (the kernel up to the cap, the fallback above, each naming the file); one measured on another arch is
+    refused when the layer is built."""
+    import json
+    import tempfile
+
+    from sglang_smallm_plugin import kernels, measured_caps
+
+    info = kernels.device_info(DEV)
+    cap = min(TOKENS)
+    entry = dict(weight_format=FMT, layout=core.weight_layout, hidden=shape.hidden, inter=shape.inter,
+                 experts=shape.experts, top_k=shape.slots, cap=cap, against="this check")
+    folder = tempfile.mkdtemp(prefix="smallm_caps_")
+    for arch, name in ((info.arch, "caps.json"), ("gfx999", "foreign.json")):
+        with open(os.path.join(folder, name), "w") as f:
+            json.dump(dict(kind=measured_caps.KIND, version=measured_caps.VERSION, device=info.name, arch=arch,
+                           date="check", entries=[entry]), f)
+    try:
+        measured_caps.forget()
+        os.environ["SGLANG_SMALLM_CAPS_FILE"] = os.path.join(folder, "foreign.json")
+        try:
+            H.build_layer(shape, FMT, {k: v.clone() for k, v in w.items()}, device=DEV, layer_id=4)
+            record("fail", "caps file of another arch: the layer was built")
+        except ValueError as e:
+            record("pass" if "but this device is" in str(e) else "fail", f"caps file of another arch refused: {e}")
+        os.environ["SGLANG_SMALLM_CAPS_FILE"] = os.path.join(folder, "caps.json")
+        lyr = H.build_layer(shape, FMT, {k: v.clone() for k, v in w.items()}, device=DEV, layer_id=3)
+        for T, c in calls.items():
+            d = check_call(T, c, "caps file ", lyr)
+            named = "measured on this machine" in d.reason
+            if T <= cap and not (d.is_kernel and named):
+                record("fail", f"caps file T={T}: not the kernel by the file's cap ({d.path}: {d.reason})")
+            if T > cap and (d.is_kernel or (d.reason.startswith("smallm-compiled: tokens:") and not named)):
+                record("fail", f"caps file T={T}: the file's cap {cap} not applied ({d.path}: {d.reason})")
+    finally:
+        os.environ.pop("SGLANG_SMALLM_CAPS_FILE", None)
+        measured_caps.forget()
+
+
 for T, c in calls.items():
     check_call(T, c, "")
     if GRAPH and DEV == "cuda":
@@ -220,6 +268,8 @@ for T, c in calls.items():
         check_compile(T, c)
 if SHUFFLED and FMT == "fp8_block128" and core.weight_layout == "row_major":  # where SGLang left them row-major
     check_shuffled()
+if CAPS and DEV == "cuda":
+    check_measured_caps()
 os.environ["SGLANG_ROCM_SMALLM_MOE"] = "0"
 for T, c in calls.items():
     d = check_call(T, c, "SGLANG_ROCM_SMALLM_MOE=0 ")
