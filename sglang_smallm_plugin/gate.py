@@ -33,15 +33,19 @@ class Cap:
     slots_max: Optional[int] = None   # applies when K <= slots_max (None: any K)
 
 
+# The MI355X rows' source: upstream's crossovers were measured for SGLang's own gfx950 kernel, not this one.
+UPSTREAM_MI355X = ("crossover vs AITER measured upstream on MI355X, for SGLang's own gfx950 kernel: "
+                   "`sglang-smallm bench --write-caps` measures this one's on yours")
+
 # Token caps: the largest token count sent to the kernel. Order matters: first match wins.
 CAPS: Sequence[Cap] = (
-    Cap("gfx950", FP8_BLOCK128, 128, 48, "crossover vs AITER measured upstream on MI355X"),
-    Cap("gfx950", FP8_BLOCK128, 256, 20, "crossover vs AITER measured upstream on MI355X"),
+    Cap("gfx950", FP8_BLOCK128, 128, 48, UPSTREAM_MI355X),
+    Cap("gfx950", FP8_BLOCK128, 256, 20, UPSTREAM_MI355X),
     Cap("gfx950", FP8_BLOCK128, None, 16, "not measured: conservative"),
     # MXFP4 at I = 128 (Qwen3.5 TP8) is stored padded to 256 for AITER; upstream's crossover is that padded
     # layer's. The gate keys on the computed I (call.inter), and this row covers 128 too; this kernel reads only
     # I = 128's bytes of it (AITER is told the padding as well): the crossover at 128 itself was not measured.
-    Cap("gfx950", MXFP4, 256, 40, "crossover vs AITER measured upstream on MI355X"),
+    Cap("gfx950", MXFP4, 256, 40, UPSTREAM_MI355X),
     Cap("gfx950", MXFP4, None, 16, "not measured: conservative"),
     # H200, row-major weights (the Triton fallback's layout), against SGLang's Triton FP8 path as
     # shipped, both in one job (examples/results/README.md). Above 20 tokens at D=4096 x passes its

@@ -42,7 +42,8 @@ def test_doctor_shows_where_the_cap_switches():
 def test_doctor_decision_table_for_other_shapes():
     r = _cli("doctor", "--inter", "128", "--arch", "gfx950", "--tokens", "48,49")
     assert "tokens=48                    kernel" in r.stdout and "tokens=49                    fallback" in r.stdout
-    assert "cap 48 (crossover vs AITER measured upstream on MI355X); runs block kernel (variant 0)" in r.stdout
+    assert ("cap 48 (crossover vs AITER measured upstream on MI355X, for SGLang's own gfx950 kernel: `sglang-smallm "
+            "bench --write-caps` measures this one's on yours); runs block kernel (variant 0)") in r.stdout
 
 
 def test_doctor_names_the_kernels_per_token_count():
