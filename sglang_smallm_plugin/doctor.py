@@ -65,7 +65,7 @@ def main(a) -> int:
         problem = sw.problem()
         _line(sw.name, f"NOT TAKEN: {problem}" if problem else f"{sw.get()!r}  ({sw.meaning})")
     arch = a.arch or (info.arch if info.kind != "cpu" else "gfx950")
-    layout = a.layout or ("shuffle16x16" if arch.startswith("gfx") else "row_major")
+    layout = a.layout or gate.default_layout(arch)
     cap, cap_source = gate.token_cap(arch, a.format, a.inter, a.top_k, a.hidden, a.experts, layout)
     if a.tokens:
         tokens = list(a.tokens)

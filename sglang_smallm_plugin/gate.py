@@ -236,13 +236,19 @@ def _fp8_scales_ok(c: MoeCall) -> bool:
             and _contig(c.w13_scale, c.w2_scale))
 
 
+def e8m0_cols(n: int, layout: str) -> int:
+    """Columns an MXFP4 scale matrix of n e8m0 values a row takes in `layout`: AITER's e8m0_shuffle pads them to a
+    multiple of 8 (I = 128: 4 -> 8); row-major keeps n."""
+    return (n + 7) // 8 * 8 if layout == SHUFFLE16 else n
+
+
 def _mxfp4_scales_ok(c: MoeCall) -> bool:
     if c.w13_scale is None or c.w2_scale is None:
         return False
     E, I, D = c.num_experts, c.inter_stored, c.hidden
-    pad = (lambda n: (n + 7) // 8 * 8) if c.layout == SHUFFLE16 else (lambda n: n)
     return (c.w13_scale.element_size() == 1 and c.w2_scale.element_size() == 1
-            and c.w13_scale.numel() >= E * 2 * I * pad(D // 32) and c.w2_scale.numel() >= E * D * pad(I // 32)
+            and c.w13_scale.numel() >= E * 2 * I * e8m0_cols(D // 32, c.layout)
+            and c.w2_scale.numel() >= E * D * e8m0_cols(I // 32, c.layout)
             and _contig(c.w13_scale, c.w2_scale))
 
 
@@ -329,23 +335,26 @@ def evaluate(call: MoeCall, arch: str) -> tuple:
     return True, f"{call.num_tokens} tokens <= cap {cap} ({source})"
 
 
+def default_layout(arch: str) -> str:
+    """The weight layout SGLang gives its runner on this arch: AITER's shuffle on gfx, row-major elsewhere."""
+    return SHUFFLE16 if arch.startswith("gfx") else ROW_MAJOR
+
+
 def decision_table(arch: str, weight_format: str, hidden: int, inter: int, experts: int, top_k: int,
                    tokens: Sequence[int], layout: Optional[str] = None) -> list:
     """For doctor: [(tokens, eligible, reason)] for a model shape, using meta tensors. layout: the weights'
-    (default: AITER's shuffle on gfx, row-major elsewhere, as SGLang lays them out for its runner there)."""
+    (default: default_layout(arch))."""
     rows = []
     div = 1 if weight_format == FP8_BLOCK128 else 2
     meta = "meta"
-    layout = layout or (SHUFFLE16 if arch.startswith("gfx") else ROW_MAJOR)
-    # AITER's e8m0_shuffle pads the scale columns to a multiple of 8 (I = 128: 4 -> 8)
-    cols = (lambda n: (n + 7) // 8 * 8) if layout == SHUFFLE16 else (lambda n: n)
+    layout = layout or default_layout(arch)
     for t in tokens:
         if weight_format == FP8_BLOCK128:
             s13 = torch.empty(experts, 2 * inter // 128, hidden // 128, device=meta)
             s2 = torch.empty(experts, hidden // 128, inter // 128, device=meta)
         else:
-            s13 = torch.empty(experts, 2 * inter, cols(hidden // 32), dtype=torch.uint8, device=meta)
-            s2 = torch.empty(experts, hidden, cols(inter // 32), dtype=torch.uint8, device=meta)
+            s13 = torch.empty(experts, 2 * inter, e8m0_cols(hidden // 32, layout), dtype=torch.uint8, device=meta)
+            s2 = torch.empty(experts, hidden, e8m0_cols(inter // 32, layout), dtype=torch.uint8, device=meta)
         call = MoeCall(
             x=torch.empty(t, hidden, dtype=torch.bfloat16, device=meta),
             w13=torch.empty(experts, 2 * inter, hidden // div, dtype=torch.uint8, device=meta),

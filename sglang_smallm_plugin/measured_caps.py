@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from . import envs
+from .calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16
 
 KIND = "sglang-smallm measured caps"
 VERSION = 1
@@ -88,7 +89,7 @@ def derive(rows) -> list:
         groups.setdefault((r["shape"], r["format"], r["layout"]), []).append(r)
     out = []
     for (shape, fmt, layout), rs in groups.items():
-        same = [r for r in rows if r["shape"] == shape and r["format"] == fmt and r["layout"] == "row_major"]
+        same = [r for r in rows if r["shape"] == shape and r["format"] == fmt and r["layout"] == ROW_MAJOR]
         key, label = alternative_of(same)
         alt = {r["tokens"]: r.get(key) for r in same}
         measured = [[r["tokens"], r["kernel_us"], alt.get(r["tokens"])] for r in sorted(rs, key=lambda r: r["tokens"])]
@@ -240,7 +241,7 @@ def write_problem(layouts, tokens, fallback: bool) -> str:
     """Why `bench --write-caps` cannot derive caps from a run with these options ('' where it can)."""
     if not fallback:
         return "--write-caps compares the kernel with SGLang's own path: drop --no-fallback"
-    if "row_major" not in layouts:
+    if ROW_MAJOR not in layouts:
         return "--write-caps needs row_major among --layouts (the bench times SGLang's path on the row-major rows)"
     if 1 not in tokens:
         return "--write-caps needs 1 among --tokens (a cap covers every count from 1)"
@@ -250,39 +251,37 @@ def write_problem(layouts, tokens, fallback: bool) -> str:
 def write_from_bench(rows, path: str, meta: dict, shapes: dict, check, echo=print) -> list:
     """Caps from one bench run's rows, checked, then written to path. shapes: shape name -> shapes.MoeShape.
     check(shape, weight_format, layout, tokens) -> [ok per case] runs the selftest's check at those counts.
-    Returns derive's dicts (with 'checked'); raises CapsFileError, writing nothing, where a check fails."""
+    Returns derive's dicts (with the shape's sizes and 'checked_at', the counts checked); raises CapsFileError,
+    writing nothing, where no shape's alternative was timed or a check fails."""
+    from .gate import builtin_cap  # gate reads this module: imported here, not at the top
+
     derived = derive(rows)
     for d in derived:
         shape = shapes[d["shape"]]
-        d.update(hidden=shape.hidden, inter=shape.inter, experts=shape.experts, top_k=shape.slots)
-    for d in (d for d in derived if d["written"]):
-        shape = shapes[d["shape"]]
-        counts = [t for t, _, _ in d["measured"] if t <= d["cap"]]
-        results = check(shape, d["weight_format"], d["layout"], counts) if counts else []
-        d["checked"] = len(results)
-        if not all(results):
+        d.update(hidden=shape.hidden, inter=shape.inter, experts=shape.experts, top_k=shape.slots,
+                 checked_at=[t for t, _, _ in d["measured"] if t <= d["cap"]] if d["written"] else [])
+    if not any(d["written"] for d in derived):  # before the checks: they would be run for nothing
+        raise CapsFileError("SGLang's own path could not be timed for any shape of this run ("
+                            + "; ".join(f"{d['shape']} {d['weight_format']} {d['layout']}: {d['why']}" for d in derived)
+                            + f"): {path} was not written. The bench's fallback lines say why (SGLang importable? a "
+                            "scheme SGLang runs on this machine?)")
+    for d in derived:
+        counts = d["checked_at"]
+        if counts and not all(check(shapes[d["shape"]], d["weight_format"], d["layout"], counts)):
             raise CapsFileError(f"the kernel failed the selftest's check for {d['shape']} {d['weight_format']} "
                                 f"{d['layout']} at {counts} tokens: {path} was not written. Run `sglang-smallm selftest "
                                 f"--shapes {d['shape']} --formats {d['weight_format']} --layouts {d['layout']}` and "
                                 "report its output")
-    from .gate import builtin_cap  # gate reads this module: imported here, not at the top
-
-    if not any(d["written"] for d in derived):
-        raise CapsFileError(f"SGLang's own path could not be timed for any shape of this run ("
-                            + "; ".join(f"{d['shape']} {d['weight_format']} {d['layout']}: {d['why']}" for d in derived)
-                            + f"): {path} was not written. The bench's fallback lines say why (SGLang importable? a "
-                            "scheme SGLang runs on this machine?)")
     write(path, [d for d in derived if d["written"]], meta)
     echo(f"\ntoken caps measured on {meta['device']} ({meta['arch']}), written to {path}; serve with "
          f"{envs.CAPS_FILE.name}={path}")
     echo("| shape | format | layout | cap | built-in cap | against | kernel checked at | how the cap ended |")
     echo("|---|---|---|---|---|---|---|---|")
     for d in derived:
-        counts = [t for t, _, _ in d["measured"] if t <= d["cap"]]
         builtin = builtin_cap(meta["arch"], d["weight_format"], d["inter"], d["top_k"], d["hidden"])[0]
         echo(f"| {d['shape']} | {d['weight_format']} | {d['layout']} | "
              f"{d['cap'] if d['written'] else 'not written (built-in cap kept)'} | {builtin} | {d['against']} | "
-             f"{','.join(map(str, counts)) or '-'} | {d['why']} |")
+             f"{','.join(map(str, d['checked_at'])) or '-'} | {d['why']} |")
     return derived
 
 
@@ -291,7 +290,7 @@ def missing_entry(arch: str, weight_format: str, layout: str, hidden: int, inter
     """Where a caps file is set but has no entry for a layer of this shape: a line for the log (once per shape),
     naming the entries it has (a layout measured as row_major but served shuffled is the likely slip); else ''."""
     path = file_path()
-    if (not path or weight_format not in ("fp8_block128", "mxfp4") or layout not in ("row_major", "shuffle16x16")
+    if (not path or weight_format not in (FP8_BLOCK128, MXFP4) or layout not in (ROW_MAJOR, SHUFFLE16)
             or lookup(arch, weight_format, layout, hidden, inter, experts, top_k) is not None):
         return ""  # no file, a layer the kernel cannot take anyway (the gate says why), or an entry for it
     meta, caps = load(path)
