@@ -224,20 +224,19 @@ def check_measured_caps():
     """A caps file for this layer's shape, its cap the smallest count checked: the layer built with it decides by
     it (the kernel up to the cap, the fallback above, each naming the file); one measured on another arch is
     refused when the layer is built."""
-    import json
     import tempfile
 
     from sglang_smallm_plugin import kernels, measured_caps
 
     info = kernels.device_info(DEV)
     cap = min(TOKENS)
-    entry = dict(weight_format=FMT, layout=core.weight_layout, hidden=shape.hidden, inter=shape.inter,
-                 experts=shape.experts, top_k=shape.slots, cap=cap, against="this check")
+    # the layout the layer's calls are read in (the bytes', or SGLang's flag where those did not decide)
+    layout = H.describe(layer, calls[cap]).layout
+    entry = dict(weight_format=FMT, layout=layout, hidden=shape.hidden, inter=shape.inter, experts=shape.experts,
+                 top_k=shape.slots, cap=cap, against="this check", faster_at_last=False, measured=[])
     folder = tempfile.mkdtemp(prefix="smallm_caps_")
     for arch, name in ((info.arch, "caps.json"), ("gfx999", "foreign.json")):
-        with open(os.path.join(folder, name), "w") as f:
-            json.dump(dict(kind=measured_caps.KIND, version=measured_caps.VERSION, device=info.name, arch=arch,
-                           date="check", entries=[entry]), f)
+        measured_caps.write(os.path.join(folder, name), [entry], dict(device=info.name, arch=arch, date="check"))
     try:
         measured_caps.forget()
         os.environ["SGLANG_SMALLM_CAPS_FILE"] = os.path.join(folder, "foreign.json")
