@@ -22,7 +22,9 @@ import re
 import sys
 from pathlib import Path
 
-_FUNC = re.compile(r"^\s*\.type\s+(\S+),@function")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from waitcnt import parse  # noqa: E402 - the kernels of an assembly file, as waitcnt.py splits them
+
 _LABEL = re.compile(r"^(\.LBB\w+):")
 _KERNEL = re.compile(r"smallm_moe_kernelILi(\d)ELi(\d)E")
 FORMATS = {"0": ("fp8_block128", 16), "1": ("mxfp4", 32)}  # values per 16-byte weight vector
@@ -32,19 +34,14 @@ LAYOUTS = {"0": "row_major", "1": "shuffle16x16"}
 def blocks(text: str) -> dict[str, list[list[str]]]:
     """gfx950 assembly -> {kernel name: its basic blocks, each a list of instructions (no comments/directives)}."""
     out: dict[str, list[list[str]]] = {}
-    cur = None
-    for line in text.splitlines():
-        m = _FUNC.match(line)
-        if m:
-            cur = out.setdefault(m.group(1), [[]])
-            continue
-        if cur is None:
-            continue
-        code = line.split(";")[0].strip()
-        if _LABEL.match(code):
-            cur.append([])
-        elif code and not code.startswith(".") and not code.endswith(":"):
-            cur[-1].append(code)
+    for name, lines in parse(text).items():
+        cur = out[name] = [[]]
+        for line in lines:
+            code = line.split(";")[0].strip()
+            if _LABEL.match(code):
+                cur.append([])
+            elif code and not code.startswith(".") and not code.endswith(":"):
+                cur[-1].append(code)
     return out
 
 
