@@ -2,7 +2,7 @@
 // AMD gfx950 (HIP, wave64) and NVIDIA sm_90a (CUDA, warp32), with a portable version of every
 // micro-operation for any other target. Everything above this header is shared.
 //
-// Three ways this file is compiled:
+// Four ways this file is compiled (the fourth, SMALLM_EMU, runs the gfx950 build on a CPU: smallm_emu.h):
 //   * CUDA (nvcc, sm_90a and others): uses the CUDA runtime names.
 //   * HIP with ROCm headers (hipcc / torch ROCm build): uses clang AMDGPU builtins directly.
 //   * HIP without any headers (`-nogpuinc`, the gfx950 ISA check on a CPU machine): the same
@@ -13,7 +13,9 @@
 
 #include <stdint.h>
 
-#if defined(__HIP__)
+#if defined(SMALLM_EMU)
+#include "smallm_emu.h"  // the gfx950 build run on a CPU (tests only); defines SMALLM_HIP
+#elif defined(__HIP__)
 #define SMALLM_HIP 1
 #if __has_include(<hip/hip_runtime.h>) && !defined(SMALLM_DEVICE_ONLY)
 #include <hip/hip_runtime.h>
@@ -334,7 +336,7 @@ SMALLM_DEV float4 load_coherent4(const float* p) {
 // Register barrier: the compiler must assume v changed here, so work derived from v cannot be
 // hoisted out of the enclosing loop (keeps decoded weights from piling up in registers).
 SMALLM_DEV void opaque(Vec16& v) {
-#if defined(SMALLM_HIP)
+#if defined(SMALLM_HIP) && !defined(SMALLM_EMU)
   asm volatile("" : "+v"(v.w[0]), "+v"(v.w[1]), "+v"(v.w[2]), "+v"(v.w[3]));
 #else
   asm volatile("" : "+r"(v.w[0]), "+r"(v.w[1]), "+r"(v.w[2]), "+r"(v.w[3]));

@@ -31,7 +31,10 @@ enum class LaunchOrder {
 template <class... Params, class... Args>
 int launch_kernel(void (*kernel)(Params...), int grid, int threads, int smem, gpuStream_t stream, LaunchOrder order,
                   Args&&... args) {
-#if defined(SMALLM_HIP)
+#if defined(SMALLM_EMU)
+  if (order == LaunchOrder::kCooperative) return (int)hipErrorNotSupported;
+  return smallm_emu::launch(kernel, grid, threads, smem, static_cast<Args&&>(args)...);
+#elif defined(SMALLM_HIP)
   if (order == LaunchOrder::kCooperative) return (int)hipErrorNotSupported;
   kernel<<<grid, threads, smem, stream>>>(static_cast<Args&&>(args)...);
   return (int)hipGetLastError();

@@ -744,5 +744,8 @@ int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* st
 #define SMALLM_BUILD_ARCH "unknown"
 #endif
 const char* smallm_build_arch() { return SMALLM_BUILD_ARCH; }
+#if defined(SMALLM_EMU)
+const char* smallm_emu_last_error() { return smallm_emu::last_error().c_str(); }
+#endif
 
 #endif  // !SMALLM_DEVICE_ONLY

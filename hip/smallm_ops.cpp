@@ -1,11 +1,34 @@
 // smallm_ops.cpp: torch custom ops over the compiled kernels (namespace sglang_smallm).
 // Shapes, dtypes and devices are checked here; the Python gate decides eligibility before this
 // is ever called, so a failed check here is a bug in the caller and raises.
+// Built twice: for the GPU (the install: CUDA / ROCm torch, ops sglang_smallm on the CUDA key) and as the
+// gfx950 emulation on a CPU (-DSMALLM_EMU, sglang_smallm_plugin/emulated.py: ops sglang_smallm_emu on the
+// CPU key, the same checks, the launches run by hip/smallm_emu.h).
 #include <Python.h>
 #include <ATen/ATen.h>
+#include <torch/library.h>
+#if defined(SMALLM_EMU)
+#define SMALLM_OPS sglang_smallm_emu
+#define SMALLM_OPS_KEY CPU
+#define SMALLM_MODULE "_emu"
+#define SMALLM_ON_DEVICE(t) ((t).is_cpu())
+#define SMALLM_DEVICE_WORD "CPU (the gfx950 emulation)"
+#define SMALLM_GUARD(t)
+#define SMALLM_STREAM() nullptr
+const char* smallm_emu_last_error();  // why the last emulated launch failed (hip/smallm_emu.h)
+#define SMALLM_LAUNCH_DETAIL() "; ", smallm_emu_last_error()
+#else
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
+#define SMALLM_OPS sglang_smallm
+#define SMALLM_OPS_KEY CUDA
+#define SMALLM_MODULE "_C"
+#define SMALLM_ON_DEVICE(t) ((t).is_cuda())
+#define SMALLM_DEVICE_WORD "GPU"
+#define SMALLM_GUARD(t) const c10::cuda::CUDAGuard guard((t).device())
+#define SMALLM_STREAM() c10::cuda::getCurrentCUDAStream().stream()
+#define SMALLM_LAUNCH_DETAIL() ""
+#endif
 
 #include "smallm_args.h"
 #include "smallm_sort_args.h"
@@ -21,9 +44,9 @@ void moe_fused(const at::Tensor& x, const at::Tensor& w13, const at::Tensor& w2,
                const at::Tensor& s2, const at::Tensor& topk_w, const at::Tensor& topk_ids, at::Tensor& out,
                at::Tensor& h, at::Tensor& y, at::Tensor& sync, int64_t fmt, int64_t layout, double out_scale,
                int64_t inter) {
-  check(x.is_cuda() && w13.is_cuda() && w2.is_cuda() && s13.is_cuda() && s2.is_cuda() && topk_w.is_cuda() &&
-            topk_ids.is_cuda() && out.is_cuda() && h.is_cuda() && y.is_cuda() && sync.is_cuda(),
-        "all tensors must be on the GPU");
+  using TensorList = std::initializer_list<const at::Tensor*>;
+  for (const at::Tensor* t : TensorList{&x, &w13, &w2, &s13, &s2, &topk_w, &topk_ids, &out, &h, &y, &sync})
+    check(SMALLM_ON_DEVICE(*t), "all tensors must be on the " SMALLM_DEVICE_WORD);
   check(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.is_contiguous(), "x must be contiguous bf16 [T, D]");
   check(out.sizes() == x.sizes() && out.scalar_type() == at::kBFloat16 && out.is_contiguous(), "out must be bf16 like x");
   check(topk_ids.dim() == 2 && topk_ids.scalar_type() == at::kInt && topk_ids.is_contiguous(),
@@ -68,7 +91,7 @@ void moe_fused(const at::Tensor& x, const at::Tensor& w13, const at::Tensor& w2,
   check(y.scalar_type() == at::kFloat && y.numel() >= (int64_t)smallm::kMaxPairs * D, "workspace y too small");
   check(sync.scalar_type() == at::kInt && sync.numel() >= smallm::sync_words((int)T, (int)D), "workspace sync too small");
   if (T == 0) return;
-  const c10::cuda::CUDAGuard guard(x.device());
+  SMALLM_GUARD(x);
   smallm::MoeArgs a{};
   a.x = reinterpret_cast<const uint16_t*>(x.data_ptr());
   a.w13 = reinterpret_cast<const uint8_t*>(w13.data_ptr());
@@ -83,8 +106,8 @@ void moe_fused(const at::Tensor& x, const at::Tensor& w13, const at::Tensor& w2,
   a.sync = reinterpret_cast<unsigned*>(sync.data_ptr<int32_t>());
   a.T = (int)T; a.K = (int)K; a.E = (int)E; a.D = (int)D; a.I = (int)I; a.Iw = (int)Iw;
   a.out_scale = (float)out_scale;
-  const int rc = smallm_moe_launch(a, (int)fmt, (int)layout, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(rc == 0, "sglang_smallm::moe_fused: kernel launch failed with code ", rc);
+  const int rc = smallm_moe_launch(a, (int)fmt, (int)layout, SMALLM_STREAM());
+  TORCH_CHECK(rc == 0, "sglang_smallm::moe_fused: kernel launch failed with code ", rc, SMALLM_LAUNCH_DETAIL());
 }
 
 void scheck(bool ok, const char* what) { TORCH_CHECK(ok, "sglang_smallm::moe_sort: ", what); }
@@ -96,8 +119,9 @@ void moe_sort(const at::Tensor& topk_ids, const std::optional<at::Tensor>& topk_
               const std::optional<at::Tensor>& x, const std::optional<at::Tensor>& xq,
               const std::optional<at::Tensor>& xs, const std::optional<at::Tensor>& zero_buf, int64_t E, int64_t block,
               int64_t fmt, int64_t path) {
-  scheck(topk_ids.is_cuda() && sorted_ids.is_cuda() && expert_ids.is_cuda() && num_valid.is_cuda(),
-         "tensors must be on the GPU");
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&topk_ids, &sorted_ids, &expert_ids,
+                                                                      &num_valid})
+    scheck(SMALLM_ON_DEVICE(*t), "tensors must be on the " SMALLM_DEVICE_WORD);
   scheck(topk_ids.dim() == 2 && topk_ids.scalar_type() == at::kInt && topk_ids.is_contiguous(),
          "topk_ids must be contiguous int32 [T, K]");
   scheck(fmt == smallm::kSortAiter || fmt == smallm::kSortTriton, "unknown output format");
@@ -119,10 +143,10 @@ void moe_sort(const at::Tensor& topk_ids, const std::optional<at::Tensor>& topk_
   a.num_valid = num_valid.data_ptr<int32_t>();
   if (fmt == smallm::kSortAiter) {
     scheck(topk_w.has_value() && sorted_w.has_value(), "AITER format needs topk_weights and sorted_weights");
-    scheck(topk_w->is_cuda() && topk_w->sizes() == topk_ids.sizes() && topk_w->scalar_type() == at::kFloat &&
+    scheck(SMALLM_ON_DEVICE(*topk_w) && topk_w->sizes() == topk_ids.sizes() && topk_w->scalar_type() == at::kFloat &&
                topk_w->is_contiguous(),
            "topk_weights must be contiguous fp32 like topk_ids");
-    scheck(sorted_w->is_cuda() && sorted_w->scalar_type() == at::kFloat && sorted_w->is_contiguous() &&
+    scheck(SMALLM_ON_DEVICE(*sorted_w) && sorted_w->scalar_type() == at::kFloat && sorted_w->is_contiguous() &&
                sorted_w->numel() >= rows,
            "sorted_weights must be contiguous fp32, as long as sorted_ids");
     a.topk_w = topk_w->data_ptr<float>();
@@ -132,14 +156,15 @@ void moe_sort(const at::Tensor& topk_ids, const std::optional<at::Tensor>& topk_
     scheck(fmt == smallm::kSortAiter, "fused MXFP8 quantisation is for the AITER format");
     scheck(block % 32 == 0, "fused MXFP8 needs block_size % 32 == 0 (32-row scale tiles)");
     scheck(xq.has_value() && xs.has_value(), "fused MXFP8 needs xq and xs");
-    scheck(x->is_cuda() && x->dim() == 2 && x->size(0) == T && x->scalar_type() == at::kBFloat16 &&
+    scheck(SMALLM_ON_DEVICE(*x) && x->dim() == 2 && x->size(0) == T && x->scalar_type() == at::kBFloat16 &&
                x->is_contiguous() && aligned16(*x) && x->size(1) % 32 == 0,
            "x must be contiguous 16-byte-aligned bf16 [T, D], D % 32 == 0");
     const int64_t D = x->size(1), sc = (D / 32 + 7) / 8 * 8;
     scheck(T * D < (int64_t(1) << 31), "T * D must stay below 2^31");
-    scheck(xq->is_cuda() && xq->element_size() == 1 && xq->numel() == T * D && xq->is_contiguous() && aligned16(*xq),
+    scheck(SMALLM_ON_DEVICE(*xq) && xq->element_size() == 1 && xq->numel() == T * D && xq->is_contiguous() &&
+               aligned16(*xq),
            "xq must be contiguous 16-byte-aligned 1-byte [T, D]");
-    scheck(xs->is_cuda() && xs->element_size() == 1 && xs->is_contiguous() && aligned16(*xs) &&
+    scheck(SMALLM_ON_DEVICE(*xs) && xs->element_size() == 1 && xs->is_contiguous() && aligned16(*xs) &&
                xs->numel() >= (rows + 31) / 32 * 32 * sc,
            "xs must be contiguous bytes [ceil(rows / 32) * 32, ceil(D / 256) * 8]");
     a.x = reinterpret_cast<const uint16_t*>(x->data_ptr());
@@ -149,23 +174,26 @@ void moe_sort(const at::Tensor& topk_ids, const std::optional<at::Tensor>& topk_
     a.scale_cols = (int)sc;
   }
   if (zero_buf.has_value() && zero_buf->numel() > 0) {
-    scheck(zero_buf->is_cuda() && zero_buf->is_contiguous() && aligned16(*zero_buf) && zero_buf->nbytes() % 16 == 0,
+    scheck(SMALLM_ON_DEVICE(*zero_buf) && zero_buf->is_contiguous() && aligned16(*zero_buf) &&
+               zero_buf->nbytes() % 16 == 0,
            "zero_buf must be contiguous, 16-byte aligned, a multiple of 16 bytes");
     a.zero = zero_buf->data_ptr();
     a.zero_vecs = (long)(zero_buf->nbytes() / 16);
   }
   a.T = (int)T; a.K = (int)K; a.E = (int)E; a.block = (int)block;
-  const c10::cuda::CUDAGuard guard(topk_ids.device());
-  const int rc = smallm_sort_launch(a, (int)fmt, (int)path, c10::cuda::getCurrentCUDAStream().stream());
+  SMALLM_GUARD(topk_ids);
+  const int rc = smallm_sort_launch(a, (int)fmt, (int)path, SMALLM_STREAM());
   TORCH_CHECK(rc == 0, "sglang_smallm::moe_sort: launch failed with code ", rc,
-              " (-2: too many pairs for compact, -3: too many pairs or experts for distributed)");
+              " (-2: too many pairs for compact, -3: too many pairs or experts for distributed)",
+              SMALLM_LAUNCH_DETAIL());
 }
 
 // Reads bytes [offset, offset + length) of each listed expert (length -1: to the expert's end);
 // dependent: launched as a programmatic dependent of the kernel before it (CUDA), reading after it.
 void read_floor(const at::Tensor& base, const at::Tensor& ids, int64_t expert_bytes, int64_t chunks, at::Tensor& sink,
                 int64_t offset, int64_t length, bool dependent) {
-  TORCH_CHECK(base.is_cuda() && ids.is_cuda() && sink.is_cuda(), "sglang_smallm::read_floor: tensors must be on the GPU");
+  TORCH_CHECK(SMALLM_ON_DEVICE(base) && SMALLM_ON_DEVICE(ids) && SMALLM_ON_DEVICE(sink),
+              "sglang_smallm::read_floor: tensors must be on the " SMALLM_DEVICE_WORD);
   TORCH_CHECK(base.element_size() == 1 && base.is_contiguous() && expert_bytes % 16 == 0 &&
                   reinterpret_cast<uintptr_t>(base.data_ptr()) % 16 == 0,
               "sglang_smallm::read_floor: base must be contiguous aligned bytes, expert_bytes % 16 == 0");
@@ -174,19 +202,19 @@ void read_floor(const at::Tensor& base, const at::Tensor& ids, int64_t expert_by
               "sglang_smallm::read_floor: offset and length must be multiples of 16 within expert_bytes");
   TORCH_CHECK(ids.scalar_type() == at::kInt && ids.dim() == 1 && ids.is_contiguous(), "read_floor: ids int32 [n]");
   TORCH_CHECK(sink.scalar_type() == at::kInt && sink.numel() >= 1, "read_floor: sink int32 [1]");
-  const c10::cuda::CUDAGuard guard(base.device());
+  SMALLM_GUARD(base);
   const int rc = smallm_read_floor_launch(reinterpret_cast<const uint8_t*>(base.data_ptr()), ids.data_ptr<int32_t>(),
                                           (int)ids.numel(), (long)expert_bytes, (long)offset, (long)length,
                                           (int)chunks, dependent, reinterpret_cast<unsigned*>(sink.data_ptr<int32_t>()),
-                                          c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(rc == 0, "sglang_smallm::read_floor: launch failed with code ", rc);
+                                          SMALLM_STREAM());
+  TORCH_CHECK(rc == 0, "sglang_smallm::read_floor: launch failed with code ", rc, SMALLM_LAUNCH_DETAIL());
 }
 
 std::string build_arch() { return smallm_build_arch(); }
 
 }  // namespace
 
-TORCH_LIBRARY(sglang_smallm, m) {
+TORCH_LIBRARY(SMALLM_OPS, m) {
   m.def(
       "moe_fused(Tensor x, Tensor w13, Tensor w2, Tensor s13, Tensor s2, Tensor topk_weights, Tensor topk_ids, "
       "Tensor(a!) out, Tensor(b!) h, Tensor(c!) y, Tensor(d!) sync, int fmt, int layout, float out_scale, int inter=0) -> ()");
@@ -200,7 +228,7 @@ TORCH_LIBRARY(sglang_smallm, m) {
   m.def("build_arch() -> str", &build_arch);
 }
 
-TORCH_LIBRARY_IMPL(sglang_smallm, CUDA, m) {
+TORCH_LIBRARY_IMPL(SMALLM_OPS, SMALLM_OPS_KEY, m) {
   m.impl("moe_fused", &moe_fused);
   m.impl("moe_sort", &moe_sort);
   m.impl("read_floor", &read_floor);
@@ -208,6 +236,10 @@ TORCH_LIBRARY_IMPL(sglang_smallm, CUDA, m) {
 
 // Importing the extension module registers the ops above.
 // Every field given (m_methods, m_slots, m_traverse, m_clear, m_free): -Wextra checks the op file too.
-static struct PyModuleDef smallm_module = {PyModuleDef_HEAD_INIT, "_C", "sglang-smallm compiled kernels", -1,
+static struct PyModuleDef smallm_module = {PyModuleDef_HEAD_INIT, SMALLM_MODULE, "sglang-smallm compiled kernels", -1,
                                            nullptr, nullptr, nullptr, nullptr, nullptr};
+#if defined(SMALLM_EMU)
+PyMODINIT_FUNC PyInit__emu(void) { return PyModule_Create(&smallm_module); }
+#else
 PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&smallm_module); }
+#endif

@@ -42,16 +42,16 @@ def cmd_selftest(a):
     ok = True
     if a.what in ("all", "moe"):
         res = selftest.run(formats=_csv(a.formats), shapes=_shapes(a.shapes), layouts=_csv(a.layouts),
-                           seeds=range(a.seeds), tokens=a.tokens or None, pad=a.pad)
+                           seeds=range(a.seeds), tokens=a.tokens or None, pad=a.pad, emulate=a.emulate)
         ok = all(r.ok for r in res)
     if a.what in ("all", "edge"):
         from . import edge_cases
 
-        ok = all(r.ok for r in edge_cases.run(formats=_csv(a.formats))) and ok
+        ok = all(r.ok for r in edge_cases.run(formats=_csv(a.formats), emulate=a.emulate)) and ok
     if a.what in ("all", "sort"):
         from . import sort_selftest
 
-        ok = all(r.ok for r in sort_selftest.run(seeds=range(a.seeds))) and ok
+        ok = all(r.ok for r in sort_selftest.run(seeds=range(a.seeds), emulate=a.emulate)) and ok
     return 0 if ok else 1
 
 
@@ -142,6 +142,10 @@ def main(argv=None):
                         "layer's bit for bit (a multiple of 128)")
     s.add_argument("--what", default="all", choices=("all", "moe", "edge", "sort"),
                    help="which checks: the MoE matrix, MoE edge-case inputs, the sort (all: every one)")
+    s.add_argument("--emulate", action="store_true",
+                   help="run the gfx950 build of the kernels on this CPU (wave64, its own code paths and the gfx950 "
+                        "caps; hip/smallm_emu.h) instead of this GPU's: checks the AMD code where no AMD GPU is; needs a "
+                        "host clang++ >= 16; slow (Qwen3.5 shapes take minutes per seed); no timing, no CUDA graphs")
     s.set_defaults(fn=cmd_selftest)
 
     i = sub.add_parser("isa", help="compile every kernel for an AMD arch without ROCm and summarise the ISA")

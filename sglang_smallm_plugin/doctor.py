@@ -52,6 +52,12 @@ def main(a) -> int:
     mod, why = kernels.load_compiled()
     _line("compiled kernels", why)
     _line("kernel variant", kernels.variant_note())
+    from . import emulated
+
+    emu_why = emulated.unavailable_reason()
+    _line("gfx950 emulation", f"cannot be built here: {emu_why}" if emu_why else
+          f"can be built here ({emulated.host_clang()}): `sglang-smallm selftest --emulate` runs the gfx950 build's "
+          "checks on this CPU (code paths, not speed)")
     print("Kernel providers (pluggy, project 'sglang_smallm')")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     for p in hookspecs.moe_providers():

@@ -15,7 +15,7 @@ import torch
 
 from . import kernels
 from .calls import FP8_BLOCK128, MXFP4, ROW_MAJOR
-from .shapes import SHAPES
+from .shapes import shape_by_name
 from .testdata import make_call, reference_of
 from .tolerances import moe_tolerance, rel_l2
 
@@ -109,24 +109,33 @@ class EdgeResult:
 
 
 def check_edge_case(case: EdgeCase, weight_format: str, seed: int, device="cuda", tokens=8,
-                    shape_name="qwen35-tp8") -> EdgeResult:
-    call = case.change(make_call(SHAPES[shape_name], weight_format, ROW_MAJOR, tokens, seed, device))
+                    shape_name="qwen35-tp8", ops=None) -> EdgeResult:
+    call = case.change(make_call(shape_by_name(shape_name), weight_format, ROW_MAJOR, tokens, seed, device))
     ref = reference_of(call)
     out = torch.full_like(call.x, float("nan"))
-    kernels.run_moe(call, out=out)
-    torch.cuda.synchronize()
+    kernels.run_moe(call, out=out, ops=ops)
+    if ops is None:
+        torch.cuda.synchronize()
     zero_ok = all(bool((out[r] == 0).all()) for r in case.zero_rows)
     tol = moe_tolerance(weight_format)
     return EdgeResult(case.name, weight_format, seed, rel_l2(out.float(), ref.float()), zero_ok, tol)
 
 
-def run(formats=(FP8_BLOCK128, MXFP4), seeds=range(2), device="cuda", echo=print) -> list:
-    info = kernels.require_gpu_kernels("selftest --what edge")
-    echo(f"edge cases on {info.name}; {kernels.variant_note()}")
+def run(formats=(FP8_BLOCK128, MXFP4), seeds=range(2), device="cuda", echo=print, emulate=False) -> list:
+    """Every case on this GPU, or with `emulate` on the gfx950 build run by this CPU (emulated.py)."""
+    ops = None
+    if emulate:
+        from . import emulated
+
+        ops, device = emulated.load(), "cpu"
+        echo(f"edge cases on {emulated.describe()}; {kernels.variant_note()}")
+    else:
+        info = kernels.require_gpu_kernels("selftest --what edge")
+        echo(f"edge cases on {info.name}; {kernels.variant_note()}")
     results = []
     for case in EDGE_CASES:
         for fmt in formats:
-            rs = [check_edge_case(case, fmt, s, device) for s in seeds]
+            rs = [check_edge_case(case, fmt, s, device, ops=ops) for s in seeds]
             results.extend(rs)
             echo(f"{case.name:16} {fmt:12} max rel err {max(r.rel_err for r in rs):9.2e} (tol {rs[0].tol:.0e})"
                  f"{'  zero rows exact' if case.zero_rows else ''}  {'PASS' if all(r.ok for r in rs) else 'FAIL'}"

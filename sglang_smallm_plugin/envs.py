@@ -149,9 +149,23 @@ GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     "default). Not for serving: 2 was 0-23 % slower end to end, 3 1.8-2.9x slower, 1 over the 1e-3 "
                     "tolerance in the wide_scales edge case (examples/results \"h200-tma\")",
                     accepts=("0", "1", "2", "3"))
+# The gfx950 build emulated on a CPU (`selftest --emulate`, sglang_smallm_plugin/emulated.py, hip/smallm_emu.h).
+EMU_CUS = Switch("SMALLM_EMU_CUS", "4",
+                 "the emulated gfx950's compute units (2 blocks each), which size the kernels' grids there "
+                 "(`selftest --emulate`); the outputs do not depend on it", accepts=COUNT)
+EMU_TIMEOUT_S = Switch("SMALLM_EMU_TIMEOUT_S", "600",
+                       "seconds an emulated launch may run before it is failed (a lane spinning for good)", accepts=COUNT)
+EMU_CXX = Switch("SMALLM_EMU_CXX", "", "the host clang++ (>= 16) that builds the emulation; default: the first "
+                 "clang++ on PATH")
+EMU_BUILD_DIR = Switch("SMALLM_EMU_BUILD_DIR", "", "where the emulation is built (one folder per source tree); "
+                       "default ~/.cache/sglang-smallm/emu")
+EMU_FAULT = Switch("SMALLM_EMU_FAULT", "0",
+                   "tests only: 1-4 build the emulation with a deliberate fault that the checks must catch (a wrong "
+                   "lane in ds_bpermute, swapped fp4 nibbles, 32-lane waves, barriers that do not wait)",
+                   accepts=("", "0", "1", "2", "3", "4"))
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, MAX_TOKENS, CAPS_FILE, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, GATEUP_PDL, X_PREFETCH,
        GATEUP_TEAMS, DOWN_TEAMS, GATEUP_PER_SM, DOWN_PER_SM, DOWN_LO8, DOWN_RING, MMA_SPLIT, MMA_SPLIT_TOKENS,
-       MMA_SPLIT_DOWN, GATEUP_TMA)
+       MMA_SPLIT_DOWN, GATEUP_TMA, EMU_CUS, EMU_TIMEOUT_S, EMU_CXX, EMU_BUILD_DIR, EMU_FAULT)
 
 
 def takes_text(sw: Switch) -> str:

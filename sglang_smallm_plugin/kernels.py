@@ -152,11 +152,14 @@ class Workspace:
             return ws
 
 
-def run_moe(call: MoeCall, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Run the fused kernel for an eligible call (the gate has already said yes)."""
-    mod, why = load_compiled()
-    if mod is None:
-        raise RuntimeError(f"sglang-smallm: {why}")
+def run_moe(call: MoeCall, out: Optional[torch.Tensor] = None, ops=None) -> torch.Tensor:
+    """Run the fused kernel for an eligible call (the gate has already said yes). `ops`: another build of
+    the ops (the gfx950 emulation on CPU tensors, emulated.load()); the installed kernels by default."""
+    if ops is None:
+        mod, why = load_compiled()
+        if mod is None:
+            raise RuntimeError(f"sglang-smallm: {why}")
+        ops = torch.ops.sglang_smallm
     ws = Workspace.ensure(call.x.device, call.hidden, call.inter)
     out = torch.empty_like(call.x) if out is None else out
     scale = 1.0 if call.routed_scaling_factor is None else float(call.routed_scaling_factor)
@@ -165,7 +168,7 @@ def run_moe(call: MoeCall, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     s13, s2 = call.w13_scale, call.w2_scale
     if call.weight_format == MXFP4:
         s13, s2 = s13.view(torch.uint8), s2.view(torch.uint8)
-    torch.ops.sglang_smallm.moe_fused(
+    ops.moe_fused(
         call.x, w13, w2, s13, s2, call.topk_weights, call.topk_ids, out, ws.h, ws.y, ws.sync,
         FORMAT_CODES[call.weight_format], 1 if call.layout == SHUFFLE16 else 0, scale, call.inter)
     return out
@@ -199,14 +202,16 @@ def sort_buffers(call: SortCall) -> SortOutput:
                       num_valid=torch.empty(1, dtype=torch.int32, device=dev))
 
 
-def run_sort(call: SortCall, path: str, out: Optional[SortOutput] = None) -> SortOutput:
+def run_sort(call: SortCall, path: str, out: Optional[SortOutput] = None, ops=None) -> SortOutput:
     """Run the compiled sort on an eligible call (the sort gate chose `path`). `out` may carry
-    preallocated (e.g. poisoned) buffers of sort_buffers' sizes."""
-    mod, why = load_compiled()
-    if mod is None:
-        raise RuntimeError(f"sglang-smallm: {why}")
+    preallocated (e.g. poisoned) buffers of sort_buffers' sizes; `ops` as for run_moe."""
+    if ops is None:
+        mod, why = load_compiled()
+        if mod is None:
+            raise RuntimeError(f"sglang-smallm: {why}")
+        ops = torch.ops.sglang_smallm
     out = sort_buffers(call) if out is None else out
-    torch.ops.sglang_smallm.moe_sort(
+    ops.moe_sort(
         call.topk_ids, call.topk_weights if call.output_format == AITER_SORT else None,
         out.sorted_ids, out.sorted_weights, out.expert_ids, out.num_valid,
         call.fuse_mxfp8_of, None if out.xq is None else out.xq.view(torch.uint8), out.xs,

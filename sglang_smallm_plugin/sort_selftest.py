@@ -133,7 +133,9 @@ def _compare(call: SortCall, out: SortOutput) -> list:
     return fails
 
 
-def check_sort_case(E, K, T, block, output_format, routing, seed, device, fused=False, path=None) -> SortResult:
+def check_sort_case(E, K, T, block, output_format, routing, seed, device, fused=False, path=None,
+                    ops=None) -> SortResult:
+    """One case. `ops`: another build of the ops (the gfx950 emulation on CPU tensors; no CUDA graph there)."""
     ids, w = make_routing(T, K, E, routing, seed, device)
     call = SortCall(topk_ids=ids, topk_weights=w if output_format == AITER_SORT else None, num_experts=E,
                     block_size=block, output_format=output_format)
@@ -147,19 +149,21 @@ def check_sort_case(E, K, T, block, output_format, routing, seed, device, fused=
         return SortResult(_name(E, K, T, block, output_format, routing, seed, fused, "-"), False,
                           f"the sort kernel has no path for {call.num_pairs} pairs over {E} experts")
     name = _name(E, K, T, block, output_format, routing, seed, fused, path)
-    out = kernels.run_sort(call, path, _poisoned(kernels.sort_buffers(call)))
-    torch.cuda.synchronize()
+    out = kernels.run_sort(call, path, _poisoned(kernels.sort_buffers(call)), ops=ops)
+    if ops is None:
+        torch.cuda.synchronize()
     fails = _compare(call, out)
-    again = kernels.run_sort(call, path, _poisoned(kernels.sort_buffers(call)))
+    again = kernels.run_sort(call, path, _poisoned(kernels.sort_buffers(call)), ops=ops)
     if not _outputs_equal(out, again):
         fails.append("second launch differs")
-    g_out = _poisoned(kernels.sort_buffers(call))
-    graph = timing.capture(lambda: kernels.run_sort(call, path, g_out))
-    _poisoned(g_out)  # the capture's eager warm-up wrote it: only the replay may fill it now
-    graph.replay()
-    torch.cuda.synchronize()
-    if not _outputs_equal(out, g_out):
-        fails.append("graph replay differs")
+    if ops is None:
+        g_out = _poisoned(kernels.sort_buffers(call))
+        graph = timing.capture(lambda: kernels.run_sort(call, path, g_out))
+        _poisoned(g_out)  # the capture's eager warm-up wrote it: only the replay may fill it now
+        graph.replay()
+        torch.cuda.synchronize()
+        if not _outputs_equal(out, g_out):
+            fails.append("graph replay differs")
     return SortResult(name, not fails, "; ".join(fails) or "exact")
 
 
@@ -191,13 +195,20 @@ def cases(seeds=range(5)):
     return out
 
 
-def run(seeds=range(5), device="cuda", echo=print) -> list:
-    """Every case of `cases`; prints one line per (shape, tokens, format, path) group."""
-    if not torch.cuda.is_available():
-        raise SystemExit("sort selftest needs a GPU")
+def run(seeds=range(5), device="cuda", echo=print, emulate=False) -> list:
+    """Every case of `cases`; prints one line per (shape, tokens, format, path) group. With `emulate`: on the
+    gfx950 build run by this CPU (emulated.py; no CUDA graph replay there)."""
+    ops = None
+    if emulate:
+        from . import emulated
+
+        ops, device = emulated.load(), "cpu"
+        echo(f"sort selftest on {emulated.describe()}")
+    elif not torch.cuda.is_available():
+        raise SystemExit("sort selftest needs a GPU; `--emulate` runs the gfx950 build on this CPU instead")
     groups, results = {}, []
     for E, K, T, bs, fmt, r, seed, fused, path in cases(seeds):
-        res = check_sort_case(E, K, T, bs, fmt, r, seed, device, fused=fused, path=path)
+        res = check_sort_case(E, K, T, bs, fmt, r, seed, device, fused=fused, path=path, ops=ops)
         results.append(res)
         groups.setdefault((E, K, T, bs, fmt + ("+mxfp8" if fused else ""), path), []).append(res)
         if not res.ok:
@@ -208,5 +219,5 @@ def run(seeds=range(5), device="cuda", echo=print) -> list:
              f"{'PASS' if all(x.ok for x in rs) else 'FAIL'}")
     n_ok = sum(r.ok for r in results)
     echo(f"sort selftest: {n_ok}/{len(results)} cases exact (routings: {', '.join(ROUTINGS)}; "
-         f"poisoned outputs, tails untouched, second launch and graph replay identical)")
+         f"poisoned outputs, tails untouched, second launch{'' if emulate else ' and graph replay'} identical)")
     return results

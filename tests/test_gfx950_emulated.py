@@ -1,0 +1,248 @@
+"""The gfx950 build of the kernels, run on this CPU (sglang_smallm_plugin/emulated.py, hip/smallm_emu.h).
+
+No AMD GPU is reachable, so these are the only runs anywhere of the code the MI355X build executes: wave64
+(kWarp = 64, its reductions and lane maps), the gfx950 paths of every `#if SMALLM_HIP` (the in-order load
+drain, the ds_bpermute scans, ballot), the block kernel that gfx950 runs by default (variant 0, its items
+chained across blocks by counters and tickets), the opt-in two-pass kernels (variant 5) and the sort with
+its fused MXFP8 quantisation, with the gfx950 conversions and dot product as the ISA describes them. Each
+check is the selftest's: fresh seeded inputs, the output poisoned, the pure-torch reference within the
+tolerance table, a second launch bit-identical. The emulation itself is checked first (its cross-lane
+operations, barriers, deadlock report, conversions), and four builds with a deliberate fault must fail.
+What it cannot show: timing, the silicon's own rounding, the real toolchain's code (the ISA and ROCm build
+checks in test_kernel_compile.py cover what the compilers make of the same source).
+"""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from sglang_smallm_plugin import edge_cases, emulated, gate, selftest, sort_selftest
+from sglang_smallm_plugin.calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16
+from sglang_smallm_plugin.reference.quant import FP4_VALUES
+from sglang_smallm_plugin.shapes import shape_by_name
+from sglang_smallm_plugin.testdata import make_weights
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+WHY = emulated.unavailable_reason()
+pytestmark = pytest.mark.skipif(WHY is not None, reason=f"gfx950 emulation: {WHY}")
+
+# Small shapes that keep the kernels' structure (D, I, top-k, shared expert) at a fraction of the experts:
+# I = 128 and 256 (Qwen3.5 TP8 / TP4), 384 (Qwen3-235B-like, MiniMax-M3-like), D = 6144 (MiniMax-M3-like).
+SMALL = ("D1024-E16-K4-I256", "D512-E9-K3-I128-S1", "D2048-E12-K5-I384-S1", "D6144-E6-K3-I384-S1")
+
+
+def _env(**extra):
+    env = dict(os.environ)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return emulated.load()
+
+
+def test_emulation_itself(tmp_path):
+    """The emulator's own behaviour, in a C++ program without torch (tests/emu/emu_selfcheck.cpp): cross-lane
+    operations within each 64-lane wave, block barriers, blocks waiting on each other, a deadlock reported
+    (not hung), launches no GPU would take refused; and its gfx950 conversions equal torch's e4m3 and the
+    reference's e2m1 decoders for every code, times the scale."""
+    exe = tmp_path / "selfcheck"
+    cmd = [emulated.host_clang(), "-std=c++20", "-O1", "-DSMALLM_EMU", "-D__gfx950__", "-Wall", "-Werror",
+           f"-I{ROOT / 'hip'}", str(ROOT / "tests" / "emu" / "emu_selfcheck.cpp"), "-o", str(exe), "-lpthread"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    checks = [ln for ln in r.stdout.splitlines() if not ln.startswith(("fp8 ", "fp4 "))]
+    assert r.returncode == 0 and len(checks) == 11 and all(ln.startswith("ok ") for ln in checks), r.stdout
+    fp8 = {int(p[1]): (float(p[2]), float(p[3])) for p in (ln.split() for ln in r.stdout.splitlines())
+           if p[0] == "fp8"}
+    want = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    for b in range(256):
+        w = float(want[b])
+        if w != w:
+            assert fp8[b][0] != fp8[b][0] and fp8[b][1] != fp8[b][1], b  # 0x7f, 0xff: NaN
+        else:
+            assert fp8[b] == (w, 2 * w), (b, fp8[b], w)  # f32 at scale 1; bf16 at scale 2 (exact)
+    fp4 = {int(p[1]): (float(p[2]), float(p[3])) for p in (ln.split() for ln in r.stdout.splitlines())
+           if p[0] == "fp4"}
+    assert fp4 == {n: (float(FP4_VALUES[n]), float(FP4_VALUES[n]) / 2) for n in range(16)}
+
+
+def _check(ops, spec, fmt, layout, tokens, seeds):
+    shape = shape_by_name(spec)
+    bad, n = [], 0
+    for seed in seeds:
+        w = make_weights(shape, fmt, layout, seed, "cpu")
+        for t in tokens:
+            r = selftest.check_case(shape, fmt, layout, t, seed, "cpu", w, ops=ops)
+            n += 1
+            if not r.ok:
+                bad.append(r)
+    return n, bad
+
+
+def _tokens(spec, fmt, layout):
+    """1, 3, 8 and the gfx950 cap the gate gives that shape (within the kernels' pairs)."""
+    shape = shape_by_name(spec)
+    cap = min(gate.shape_cap(emulated.ARCH, fmt, shape, layout), gate.MAX_PAIRS // shape.slots)
+    return sorted({1, 3, 8, cap})
+
+
+@pytest.mark.parametrize("layout", [ROW_MAJOR, SHUFFLE16])
+@pytest.mark.parametrize("fmt", [FP8_BLOCK128, MXFP4])
+def test_block_kernel_small_shapes(ops, fmt, layout):
+    """gfx950's default kernel (variant 0) on four shapes, 1, 3, 8 tokens and the gfx950 cap, 3 seeds."""
+    total, bad = 0, []
+    for spec in SMALL:
+        n, b = _check(ops, spec, fmt, layout, _tokens(spec, fmt, layout), range(3))
+        total, bad = total + n, bad + b
+    assert total == 3 * sum(len(_tokens(spec, fmt, layout)) for spec in SMALL)
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("fmt", [FP8_BLOCK128, MXFP4])
+@pytest.mark.parametrize("name", ["qwen35-tp8", "qwen35-tp4"])
+def test_block_kernel_qwen35(ops, name, fmt):
+    """Qwen3.5-397B as served on an MI355X (AITER-shuffled weights, E = 513, top-10 + shared) at 1 token and
+    at the gfx950 cap (FP8 48 at TP8, 20 at TP4; MXFP4 40), one seed (the full matrix: `sglang-smallm
+    selftest --emulate`, recorded in examples/results)."""
+    shape = shape_by_name(name)
+    cap = gate.shape_cap(emulated.ARCH, fmt, shape, SHUFFLE16)
+    assert cap >= 20
+    n, bad = _check(ops, name, fmt, SHUFFLE16, (1, cap), range(1))
+    assert n == 2 and not bad, bad
+
+
+def test_edge_cases(ops):
+    """The selftest's edge-case inputs (extreme activations, wide scale ranges, invalid ids, a token with no
+    valid slot whose row must be exactly zero, a crowded expert, a routed scaling factor), both formats."""
+    bad = []
+    for case in edge_cases.EDGE_CASES:
+        for fmt in (FP8_BLOCK128, MXFP4):
+            r = edge_cases.check_edge_case(case, fmt, 0, "cpu", shape_name="D1024-E17-K9-I128-S1", ops=ops)
+            if not r.ok:
+                bad.append(r)
+    assert not bad, bad
+
+
+def test_sort_every_case(ops):
+    """The sort's whole selftest matrix (compact over Qwen3.5, distributed over E = 129, both formats, the
+    fused MXFP8, five routing kinds), one seed: exact against the reference, tails untouched, deterministic."""
+    results = [sort_selftest.check_sort_case(*c[:7], "cpu", fused=c[7], path=c[8], ops=ops)
+               for c in sort_selftest.cases(seeds=range(1))]
+    bad = [r for r in results if not r.ok]
+    assert len(results) > 600 and not bad, bad[:5]
+
+
+_GRID_SCRIPT = r"""
+import sys, torch
+from sglang_smallm_plugin import emulated, kernels
+from sglang_smallm_plugin.shapes import shape_by_name
+from sglang_smallm_plugin.testdata import make_call, reference_of
+from sglang_smallm_plugin.tolerances import moe_tolerance, rel_l2
+ops, outs = emulated.load(), []
+for spec, fmt, layout, T in [("D1024-E16-K4-I256", "fp8_block128", "shuffle16x16", 8),
+                             ("D1024-E16-K4-I256", "mxfp4", "row_major", 20),
+                             ("D512-E9-K3-I128-S1", "fp8_block128", "row_major", 3)]:
+    call = make_call(shape_by_name(spec), fmt, layout, T, 1, "cpu")
+    out = torch.full_like(call.x, float("nan"))
+    kernels.run_moe(call, out=out, ops=ops)
+    err = rel_l2(out.float(), reference_of(call).float())
+    assert bool(out.isfinite().all()) and err <= moe_tolerance(fmt), (spec, fmt, layout, T, err)
+    outs.append(out)
+torch.save(outs, sys.argv[1])
+"""
+
+
+def test_grid_size_and_variant5(tmp_path):
+    """The kernels' outputs do not depend on how many blocks run them: 1, 4 and 9 compute units (grids of 2,
+    8 and 18 blocks, so blocks take many items or few) give bit-identical outputs, for the block kernel and
+    for the two-pass kernels (SMALLM_KERNEL_VARIANT=5, opt-in on gfx950), each within the tolerance."""
+    script = tmp_path / "grid.py"
+    script.write_text(_GRID_SCRIPT)
+    outs = {}
+    for variant in (0, 5):
+        for cus in (1, 4, 9):
+            f = tmp_path / f"out_{variant}_{cus}.pt"
+            r = subprocess.run([sys.executable, str(script), str(f)], capture_output=True, text=True, timeout=900,
+                               env=_env(SMALLM_KERNEL_VARIANT=variant, SMALLM_EMU_CUS=cus))
+            assert r.returncode == 0, r.stderr[-3000:]
+            outs[variant, cus] = torch.load(f)
+    for variant in (0, 5):
+        for cus in (1, 9):
+            assert all(torch.equal(a, b) for a, b in zip(outs[variant, cus], outs[variant, 4])), (variant, cus)
+
+
+def _selftest_cli(fmt, fault):
+    cmd = [sys.executable, "-m", "sglang_smallm_plugin.cli", "selftest", "--emulate", "--what", "moe",
+           "--shapes", "D1024-E16-K4-I256", "--formats", fmt, "--layouts", ROW_MAJOR, "--seeds", "1",
+           "--tokens", "1,8"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=_env(SMALLM_EMU_FAULT=fault))
+
+
+def test_selftest_cli_emulated():
+    """`sglang-smallm selftest --emulate` (what an AMD developer without the GPU runs) passes, and says what ran."""
+    r = _selftest_cli(f"{FP8_BLOCK128},{MXFP4}", 0)
+    assert r.returncode == 0 and "FAIL" not in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "gfx950 build emulated on this CPU" in r.stdout and "selftest: 4/4 cases pass" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("fault,fmt", [(1, FP8_BLOCK128), (2, MXFP4), (3, FP8_BLOCK128), (4, MXFP4)])
+def test_a_faulty_emulation_fails_the_selftest(fault, fmt):
+    """The checks above can fail: an emulation whose ds_bpermute reads the wrong lane (1), whose fp4
+    conversion swaps a byte's nibbles (2), whose waves are 32 lanes wide (3, as if a kernel assumed CUDA's
+    warp), or whose block barriers do not wait (4) makes `selftest --emulate` fail (or crash: 4 reads shared
+    memory before it is written)."""
+    r = _selftest_cli(fmt, fault)
+    assert r.returncode != 0, r.stdout[-2000:]
+    if r.returncode > 0:
+        assert "FAIL" in r.stdout and "cases pass" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+_BOUNDS_SCRIPT = r"""
+import dataclasses, sys, torch
+from sglang_smallm_plugin import emulated, kernels
+from sglang_smallm_plugin.shapes import shape_by_name
+from sglang_smallm_plugin.testdata import make_call
+spec, fmt, layout, T, where, expose = sys.argv[1:7]
+ops, shape = emulated.load(), shape_by_name(spec)
+call = make_call(shape, fmt, layout, int(T), 0, "cpu")
+ids = call.topk_ids.clone()
+ids[0, 0], ids[-1, 1] = shape.experts - 1, 0  # the first and the last expert's weights are read
+call = dataclasses.replace(call, topk_ids=ids)
+plain = torch.full_like(call.x, float("nan"))
+kernels.run_moe(call, out=plain, ops=ops)
+kernels.Workspace._by_device.clear()
+gcall, names = emulated.guard_call(call, where)
+if expose == "x":  # the edge's last 16 bytes of x themselves inaccessible: the kernels must fault
+    gcall = dataclasses.replace(gcall, x=emulated.guarded(call.x, where, exposed=16))
+out = emulated.guarded(torch.full_like(call.x, float("nan")), where)
+kernels.run_moe(gcall, out=out, ops=ops)
+print("guarded", ",".join(names), "identical", torch.equal(out, plain))
+"""
+
+
+@pytest.mark.parametrize("where", ["end", "start"])
+@pytest.mark.parametrize("fmt,layout,spec,tokens", [(FP8_BLOCK128, SHUFFLE16, "D1024-E16-K3-I256", 5),
+                                                    (MXFP4, SHUFFLE16, "D512-E9-K3-I128-S1", 8),
+                                                    (FP8_BLOCK128, ROW_MAJOR, "D512-E9-K3-I128-S1", 13),
+                                                    (MXFP4, ROW_MAJOR, "D1024-E16-K3-I256", 2)])
+def test_no_access_past_any_tensor(tmp_path, fmt, layout, spec, tokens, where):
+    """A CPU stand-in for compute-sanitizer's memcheck on the gfx950 build: every tensor the kernels read or
+    write (x, weights, scales, routing, out, the workspace's h, y and counters) copied so that it ends just
+    below an inaccessible page ("end") or starts just above one ("start"), the first and last experts routed
+    to: the kernels run without a fault and give the unguarded output bit for bit. With x's last 16 bytes
+    inside the page the same run must fault (the check can fail)."""
+    script = tmp_path / "bounds.py"
+    script.write_text(_BOUNDS_SCRIPT)
+    args = [sys.executable, str(script), spec, fmt, layout, str(tokens), where]
+    r = subprocess.run(args + ["none"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "identical True" in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
+    assert "guarded topk_ids,topk_weights,w13,w13_scale,w2,w2_scale,x" in r.stdout, r.stdout
+    if where == "end":
+        r = subprocess.run(args + ["x"], capture_output=True, text=True, timeout=600)
+        assert r.returncode < 0, (r.returncode, r.stdout)  # killed by the fault (SIGSEGV)
