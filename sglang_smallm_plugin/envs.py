@@ -150,6 +150,10 @@ GATEUP_TMA = Switch("SMALLM_GATEUP_TMA", "0",
                     "tolerance in the wide_scales edge case (examples/results \"h200-tma\")",
                     accepts=("0", "1", "2", "3"))
 # The gfx950 build emulated on a CPU (`selftest --emulate`, sglang_smallm_plugin/emulated.py, hip/smallm_emu.h).
+EMULATE = Switch("SGLANG_SMALLM_EMULATE", "0",
+                 "development only: 1 registers the gfx950 build emulated on this CPU as a kernel provider, so that "
+                 "SGLang's layer on CPU tensors runs the calls gfx950's gate admits through the kernels' gfx950 code "
+                 "(very slow; never on a GPU)", accepts=BOOL)
 EMU_CUS = Switch("SMALLM_EMU_CUS", "4",
                  "the emulated gfx950's compute units (2 blocks each), which size the kernels' grids there "
                  "(`selftest --emulate`); the outputs do not depend on it", accepts=COUNT)
@@ -165,7 +169,7 @@ EMU_FAULT = Switch("SMALLM_EMU_FAULT", "0",
                    accepts=("", "0", "1", "2", "3", "4"))
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, MAX_TOKENS, CAPS_FILE, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, GATEUP_PDL, X_PREFETCH,
        GATEUP_TEAMS, DOWN_TEAMS, GATEUP_PER_SM, DOWN_PER_SM, DOWN_LO8, DOWN_RING, MMA_SPLIT, MMA_SPLIT_TOKENS,
-       MMA_SPLIT_DOWN, GATEUP_TMA, EMU_CUS, EMU_TIMEOUT_S, EMU_CXX, EMU_BUILD_DIR, EMU_FAULT)
+       MMA_SPLIT_DOWN, GATEUP_TMA, EMULATE, EMU_CUS, EMU_TIMEOUT_S, EMU_CXX, EMU_BUILD_DIR, EMU_FAULT)
 
 
 def takes_text(sw: Switch) -> str:

@@ -18,6 +18,7 @@ import sys
 
 import pytest
 import torch
+from test_rocm_aiter_path import rocm_fp8, rocm_mxfp4  # noqa: F401  (fixtures: SGLang's layers as on ROCm)
 
 from sglang_smallm_plugin import edge_cases, emulated, gate, selftest, sort_selftest
 from sglang_smallm_plugin.calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16
@@ -246,3 +247,70 @@ def test_no_access_past_any_tensor(tmp_path, fmt, layout, spec, tokens, where):
     if where == "end":
         r = subprocess.run(args + ["x"], capture_output=True, text=True, timeout=600)
         assert r.returncode < 0, (r.returncode, r.stdout)  # killed by the fault (SIGSEGV)
+
+
+@pytest.fixture
+def emulated_providers(monkeypatch):
+    """SGLANG_SMALLM_EMULATE=1: the plugin manager registers the emulated gfx950 providers."""
+    from sglang_smallm_plugin import hookspecs
+
+    monkeypatch.setenv("SGLANG_SMALLM_EMULATE", "1")
+    hookspecs.reset_for_tests()
+    yield
+    hookspecs.reset_for_tests()  # the next manager is made after monkeypatch has unset the switch
+
+
+def _layer_checks(harness, layer, fmt, w, seeds_at, calls):
+    """Within gfx950's cap the layer's calls are the emulated kernel's and equal the loop reference (AITER never
+    runs); at cap + 1 the emulated provider declines for the cap, as the compiled one does on an MI355X (on a
+    CPU the reference provider then serves the call; on the MI355X SGLang's AITER runner would)."""
+    from sglang_smallm_plugin.providers.emulated import EmulatedMoeProvider
+
+    from moe_loop import loop_moe
+    from test_rocm_aiter_path import SHAPE as ROCM_SHAPE
+
+    from sglang_smallm_plugin.testdata import make_call
+    from sglang_smallm_plugin.tolerances import TOLERANCES, rel_l2
+
+    cap = gate.call_cap(harness.describe(layer, make_call(ROCM_SHAPE, fmt, ROW_MAJOR, 1, 0, "cpu", w)),
+                        emulated.ARCH)[0]
+    for T in (1, 3, cap):
+        c = make_call(ROCM_SHAPE, fmt, ROW_MAJOR, T, seeds_at + T, "cpu", w)
+        d = harness.decide(layer, c)
+        assert d.is_kernel and d.path == "kernel:gfx950-emulated", d
+        out = harness.forward(layer, c.x, c.topk_weights, c.topk_ids)
+        assert rel_l2(out.float(), loop_moe(c).to(torch.bfloat16).float()) < TOLERANCES["sglang_layer_vs_loop"], T
+    assert calls == []
+    c = make_call(ROCM_SHAPE, fmt, ROW_MAJOR, cap + 1, seeds_at, "cpu", w)
+    assert harness.decide(layer, c).path != "kernel:gfx950-emulated"
+    ok, why = EmulatedMoeProvider().supports(harness.describe(layer, c))
+    assert not ok and why.startswith("tokens:") and f"cap {cap}" in why, why
+
+
+def test_sglangs_rocm_fp8_layer_runs_the_emulated_gfx950_kernel(rocm_fp8, emulated_providers, ops):
+    """SGLang 0.5.23's Fp8MoEMethod as on ROCm with AITER (tests/test_rocm_aiter_path.py's stand-ins), backend
+    smallm: SGLang shuffles the weights for AITER, the plugin reads the layout from the bytes, and the calls
+    gfx950's gate admits run the gfx950 build's code (emulated) on them."""
+    from test_rocm_aiter_path import _layer
+
+    harness, calls = rocm_fp8
+    layer, w = _layer(harness, 0, 470)
+    _layer_checks(harness, layer, FP8_BLOCK128, w, 500, calls)
+
+
+def test_sglangs_quark_mxfp4_layer_padded_for_aiter_runs_the_emulated_gfx950_kernel(rocm_mxfp4, emulated_providers,
+                                                                                    ops):
+    """SGLang's Quark W4A4 MXFP4 scheme on gfx950 with AITER pads I = 128 to 256 and e8m0_shuffle's the scales,
+    as for Qwen3.5 at TP8; with the padding poisoned after SGLang's processing, the gfx950 build's code
+    (emulated) computes I = 128 and never reads it."""
+    from test_rocm_aiter_path import SHAPE as ROCM_SHAPE, _poison_padding
+
+    from sglang_smallm_plugin.testdata import make_weights
+
+    harness, calls = rocm_mxfp4
+    w = make_weights(ROCM_SHAPE, MXFP4, ROW_MAJOR, 1, "cpu")
+    layer = harness.build_layer(ROCM_SHAPE, MXFP4, w, layer_id=480)
+    core = harness.moe_method(layer).runner.runner_core
+    assert (core.inter_pad, core.hidden_pad) == (128, 0)
+    _poison_padding(layer, ROCM_SHAPE.inter)
+    _layer_checks(harness, layer, MXFP4, w, 600, calls)
