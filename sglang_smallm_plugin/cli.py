@@ -109,6 +109,11 @@ def main(argv=None):
     m.add_argument("--tokens", type=token_counts, default="1,2,4,8,16,32,48")
     m.add_argument("--experts", type=int, default=None, help="experts (default 513 on GPU, 33 on CPU)")
     m.add_argument("--format", default=FP8_BLOCK128, choices=(FP8_BLOCK128, MXFP4))
+    m.add_argument("--emulate", dest="emulate", action="store_true", default=None,
+                   help="CPU: the gfx950 build emulated serves the calls gfx950's gate admits (the default where a host "
+                        "clang++ can build it; with this flag, fail where it cannot)")
+    m.add_argument("--no-emulate", dest="emulate", action="store_false",
+                   help="CPU: the pure-torch reference provider serves every call")
     m.set_defaults(fn=cmd_demo)
 
     b = sub.add_parser("bench", help="layer benchmark vs the byte roofline and the read floors (GPU)")

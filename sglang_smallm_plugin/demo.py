@@ -2,8 +2,10 @@
 10 routed + 1 fused shared expert) built by SGLang itself (FusedMoE + Fp8MoEMethod or Quark MXFP4)
 with --moe-runner-backend smallm, run at 1..48 tokens. Per token count: the path the plugin took,
 the time, and the relative error against the pure-torch reference. On CPU the experts are reduced
-(33 by default) and the reference provider serves; on a GPU the real kernels and the real fallback
-run, with all 513 experts."""
+(33 by default); the calls gfx950's gate admits run the gfx950 build of the kernels emulated on the CPU
+(`--emulate`, the default there where a host clang++ can build it: providers/emulated.py) and the rest the
+reference provider (with `--no-emulate` the reference serves every call); on a GPU the real kernels and
+the real fallback run, with all 513 experts."""
 
 import logging
 import time
@@ -27,6 +29,8 @@ def main(a) -> int:
     layer_harness.setup("smallm")
     print(f"demo: Qwen3.5-397B-A17B MoE layer at TP4 (D=4096, I=256, E={experts}, top-10 + shared, {a.format}) "
           f"on {device}; SGLang FusedMoE with --moe-runner-backend smallm")
+    if not gpu:
+        _choose_emulation(a.emulate)
     t0 = time.time()
     w = make_weights(shape, a.format, "row_major", 0, device)
     layer = layer_harness.build_layer(shape, a.format, w, device=device)
@@ -56,3 +60,23 @@ def main(a) -> int:
     print(f"worst relative error {worst:.2e} (tolerance {tol:.0e}): {'OK' if worst <= tol else 'FAIL'}")
     return 0 if worst <= tol else 1
 
+
+def _choose_emulation(wanted) -> None:
+    """On CPU: the gfx950 build emulated as a provider (wanted None: where it can be built; True: or fail with
+    the reason), else the reference serves every call. Says which."""
+    import os
+
+    from . import emulated, hookspecs
+
+    why = emulated.unavailable_reason()
+    if wanted is False or (wanted is None and why):
+        print("kernel path on CPU: the pure-torch reference provider"
+              + (f" (the gfx950 emulation cannot be built here: {why})" if why and wanted is None else ""))
+        return
+    if why:
+        raise SystemExit(f"demo --emulate: the gfx950 emulation cannot be built here: {why}")
+    os.environ["SGLANG_SMALLM_EMULATE"] = "1"
+    hookspecs.reload_providers()  # its next use registers the emulated providers
+    emulated.load()
+    print(f"kernel path on CPU: {emulated.describe()}, for the calls gfx950's gate admits; the reference provider "
+          "for the rest (`--no-emulate`: the reference for every call)")

@@ -75,7 +75,13 @@ def sort_providers() -> list:
     return _collect("register_sort_kernels")
 
 
-def reset_for_tests() -> None:
+def reload_providers() -> None:
+    """Forget the plugin manager: its next use registers the providers anew (after a switch that decides which
+    providers register, SGLANG_SMALLM_EMULATE, changed)."""
     global _pm
     with _lock:
         _pm = None
+
+
+def reset_for_tests() -> None:
+    reload_providers()

@@ -94,13 +94,31 @@ def test_doctor_flags_whitelist_exclusion():
 
 
 def test_demo_on_cpu():
-    r = _cli("demo", "--tokens", "1,8,48", "--experts", "17")
+    r = _cli("demo", "--tokens", "1,8,48", "--experts", "17", "--no-emulate")
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     lines = [l for l in r.stdout.splitlines() if l.strip()[:2].strip().isdigit()]
     assert [int(l.split()[0]) for l in lines] == [1, 8, 48]
     assert all("kernel:reference" in l and "CPU tensors" in l for l in lines)
     assert "runner=smallm, fallback=triton" in r.stdout
+    assert "kernel path on CPU: the pure-torch reference provider" in r.stdout
     assert "worst relative error" in r.stdout and ": OK" in r.stdout
+
+
+def test_demo_on_cpu_runs_the_emulated_gfx950_kernels_within_the_cap():
+    """The main job's CPU default where a host clang++ can build the emulation: the calls gfx950's gate admits
+    (20 tokens at Qwen3.5 TP4) through the gfx950 build emulated, the rest through the reference."""
+    from sglang_smallm_plugin import emulated
+
+    why = emulated.unavailable_reason()
+    if why:
+        r = _cli("demo", "--tokens", "1", "--experts", "17")
+        assert r.returncode == 0 and f"cannot be built here: {why}" in r.stdout, r.stdout
+        return
+    r = _cli("demo", "--tokens", "1,20,21", "--experts", "17")
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    rows = {int(l.split()[0]): l for l in r.stdout.splitlines() if l.strip()[:2].strip().isdigit()}
+    assert "kernel:gfx950-emulated" in rows[1] and "kernel:gfx950-emulated" in rows[20], r.stdout
+    assert "kernel:reference" in rows[21] and ": OK" in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("cmd", [("bench",), ("selftest",), ("bench", "--sort"), ("selftest", "--what", "sort"),
