@@ -49,9 +49,11 @@ def default_tokens(shape, weight_format, arch, layout=None) -> list:
     return sorted({t for t in (1, 3, 8, cap, top) if 0 < t <= top})
 
 
-def check_case(shape, weight_format, layout, tokens, seed, device, weights=None, pad=0, ops=None) -> CaseResult:
+def check_case(shape, weight_format, layout, tokens, seed, device, weights=None, pad=0, ops=None,
+               padded=None) -> CaseResult:
     """One case on the GPU's kernels, or with `ops` on another build of them (the gfx950 emulation on CPU
-    tensors, emulated.load(): everything but the CUDA-graph replay is checked)."""
+    tensors, emulated.load(): everything but the CUDA-graph replay is checked). With `pad`: `padded` is
+    make_padded_weights' result for this seed (made here where not given)."""
     call = make_call(shape, weight_format, layout, tokens, seed, device, weights)
     pad_identical = True
     if pad:
@@ -59,8 +61,8 @@ def check_case(shape, weight_format, layout, tokens, seed, device, weights=None,
 
         plain = torch.full_like(call.x, float("nan"))
         kernels.run_moe(call, out=plain, ops=ops)
-        call = dataclasses.replace(call, **make_padded_weights(shape, weight_format, layout, seed, device, pad),
-                                   inter_pad=pad)
+        padded = padded or make_padded_weights(shape, weight_format, layout, seed, device, pad)
+        call = dataclasses.replace(call, **padded, inter_pad=pad)
     ref = reference_of(call)
     out = torch.full_like(call.x, float("nan"))
     kernels.run_moe(call, out=out, ops=ops)
@@ -122,9 +124,11 @@ def run(formats=(FP8_BLOCK128,), shapes=tuple(SHAPES), layouts=(ROW_MAJOR, SHUFF
                 per_t = {t: [] for t in toks}
                 for seed in seeds:
                     w = make_weights(shape, fmt, layout, seed, device)
+                    pw = make_padded_weights(shape, fmt, layout, seed, device, pad) if pad else None
                     for t in toks:
-                        per_t[t].append(check_case(shape, fmt, layout, t, seed, device, w, pad=pad, ops=ops))
-                    del w
+                        per_t[t].append(check_case(shape, fmt, layout, t, seed, device, w, pad=pad, ops=ops,
+                                                   padded=pw))
+                    del w, pw
                 for t, rs in per_t.items():
                     results.extend(rs)
                     echo(f"{name:16} {fmt:12} {layout:12} {t:3d} {len(rs):5d} {max(r.rel_err for r in rs):11.2e} "

@@ -314,3 +314,21 @@ def test_sglangs_quark_mxfp4_layer_padded_for_aiter_runs_the_emulated_gfx950_ker
     assert (core.inter_pad, core.hidden_pad) == (128, 0)
     _poison_padding(layer, ROCM_SHAPE.inter)
     _layer_checks(harness, layer, MXFP4, w, 600, calls)
+
+
+@pytest.mark.parametrize("fmt,layout", [(MXFP4, SHUFFLE16), (FP8_BLOCK128, ROW_MAJOR)])
+def test_padded_layers_never_read_the_padding(ops, fmt, layout):
+    """`selftest --pad 128` on the gfx950 build: the layer as SGLang pads it for AITER (I = 128 stored as 256, as
+    Quark MXFP4 Qwen3.5 at TP8), the padding poisoned: the output equals the unpadded layer's bit for bit."""
+    from sglang_smallm_plugin.testdata import make_padded_weights
+
+    shape = shape_by_name("D1024-E16-K4-I128")
+    bad = []
+    for seed in range(2):
+        w = make_weights(shape, fmt, layout, seed, "cpu")
+        pw = make_padded_weights(shape, fmt, layout, seed, "cpu", 128)
+        for t in (1, 5, 16):
+            r = selftest.check_case(shape, fmt, layout, t, seed, "cpu", w, pad=128, ops=ops, padded=pw)
+            if not (r.ok and r.pad_identical):
+                bad.append(r)
+    assert not bad, bad
