@@ -5,7 +5,8 @@
 // compiles is the line that runs here, and the few things a CPU lacks come from this header:
 //
 //   * the SIMT model: a block is one OS thread running its threads as fibers (a stack switch of six
-//     registers on x86-64, ucontext elsewhere), each with its
+//     registers on x86-64, ucontext elsewhere; first to last, or last to first with SMALLM_EMU_ORDER=reverse),
+//     each with its
 //     own stack (its registers); a wave is 64 consecutive threads. Lanes run in order until they wait
 //     (block barrier, a cross-lane operation, s_sleep), so code that needed a wave to run in lock step
 //     without saying so would read stale data here. Every block of a launch runs at once (one OS thread
@@ -170,6 +171,16 @@ inline std::chrono::steady_clock::time_point& deadline() {
   return d;
 }
 
+// SMALLM_EMU_ORDER=reverse: a block's threads are resumed last to first (waves and lanes), so that work
+// between two barriers runs in the other order; outputs must not change (a missing barrier would show).
+inline bool reverse_order() {
+  static const bool r = [] {
+    const char* v = getenv("SMALLM_EMU_ORDER");
+    return v && strcmp(v, "reverse") == 0;
+  }();
+  return r;
+}
+
 inline void yield_to_scheduler() {
   Block* b = current();
   switch_context(b->ctx[b->cur], b->sched);
@@ -332,7 +343,8 @@ inline void run_block(int id, int nthreads, std::function<void()>* body) {
   }
   while (b.live > 0 && !b.abandoned) {
     bool ran = false;
-    for (int t = 0; t < nthreads && !b.abandoned; ++t) {
+    for (int i = 0; i < nthreads && !b.abandoned; ++i) {
+      const int t = reverse_order() ? nthreads - 1 - i : i;
       if (!runnable(&b, t)) continue;
       b.state[t] = kReady;
       b.cur = t;

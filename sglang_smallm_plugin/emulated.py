@@ -89,7 +89,7 @@ def load(verbose: bool = False, fault: Optional[int] = None):
     fault that the checks must catch (hip/smallm_emu.h)."""
     global _ops, _ops_fault
     if fault is None:
-        envs.check((envs.EMU_FAULT, envs.EMU_CUS, envs.EMU_TIMEOUT_S))
+        envs.check((envs.EMU_FAULT, envs.EMU_CUS, envs.EMU_ORDER, envs.EMU_TIMEOUT_S))
         fault = int(envs.EMU_FAULT.get().strip() or 0)
     with _lock:
         if _ops is not None:

@@ -157,6 +157,10 @@ EMULATE = Switch("SGLANG_SMALLM_EMULATE", "0",
 EMU_CUS = Switch("SMALLM_EMU_CUS", "4",
                  "the emulated gfx950's compute units (2 blocks each), which size the kernels' grids there "
                  "(`selftest --emulate`); the outputs do not depend on it", accepts=COUNT)
+EMU_ORDER = Switch("SMALLM_EMU_ORDER", "forward",
+                   "the order in which the emulation resumes a block's threads between barriers: `reverse` runs the "
+                   "last wave and lane first (outputs must not change; a missing barrier between waves would show)",
+                   accepts=("", "forward", "reverse"))
 EMU_TIMEOUT_S = Switch("SMALLM_EMU_TIMEOUT_S", "600",
                        "seconds an emulated launch may run before it is failed (a lane spinning for good)", accepts=COUNT)
 EMU_CXX = Switch("SMALLM_EMU_CXX", "", "the host clang++ (>= 16) that builds the emulation; default: the first "
@@ -169,7 +173,7 @@ EMU_FAULT = Switch("SMALLM_EMU_FAULT", "0",
                    accepts=("", "0", "1", "2", "3", "4"))
 ALL = (KERNELS, TRACE, REFERENCE, BUILD, ARCH, LOG_ALL_RANKS, MAX_TOKENS, CAPS_FILE, KERNEL_VARIANT, MMA, MMA_DOWN, PDL, GATEUP_PDL, X_PREFETCH,
        GATEUP_TEAMS, DOWN_TEAMS, GATEUP_PER_SM, DOWN_PER_SM, DOWN_LO8, DOWN_RING, MMA_SPLIT, MMA_SPLIT_TOKENS,
-       MMA_SPLIT_DOWN, GATEUP_TMA, EMULATE, EMU_CUS, EMU_TIMEOUT_S, EMU_CXX, EMU_BUILD_DIR, EMU_FAULT)
+       MMA_SPLIT_DOWN, GATEUP_TMA, EMULATE, EMU_CUS, EMU_ORDER, EMU_TIMEOUT_S, EMU_CXX, EMU_BUILD_DIR, EMU_FAULT)
 
 
 def takes_text(sw: Switch) -> str:

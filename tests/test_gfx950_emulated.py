@@ -57,7 +57,7 @@ def test_emulation_itself(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
-    checks = [ln for ln in r.stdout.splitlines() if not ln.startswith(("fp8 ", "fp4 "))]
+    checks = [ln for ln in r.stdout.splitlines() if not ln.startswith(("fp8 ", "fp4 ", "order "))]
     assert r.returncode == 0 and len(checks) == 11 and all(ln.startswith("ok ") for ln in checks), r.stdout
     fp8 = {int(p[1]): (float(p[2]), float(p[3])) for p in (ln.split() for ln in r.stdout.splitlines())
            if p[0] == "fp8"}
@@ -71,6 +71,10 @@ def test_emulation_itself(tmp_path):
     fp4 = {int(p[1]): (float(p[2]), float(p[3])) for p in (ln.split() for ln in r.stdout.splitlines())
            if p[0] == "fp4"}
     assert fp4 == {n: (float(FP4_VALUES[n]), float(FP4_VALUES[n]) / 2) for n in range(16)}
+    # threads run first to last: only the last saw its neighbour's (thread 0's) write; reversed, all but thread 0
+    assert "order 1" in r.stdout.splitlines(), r.stdout
+    rev = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=_env(SMALLM_EMU_ORDER="reverse"))
+    assert rev.returncode == 0 and "order 255" in rev.stdout.splitlines(), rev.stdout
 
 
 def _check(ops, spec, fmt, layout, tokens, seeds):
@@ -159,23 +163,24 @@ torch.save(outs, sys.argv[1])
 """
 
 
-def test_grid_size_and_variant5(tmp_path):
-    """The kernels' outputs do not depend on how many blocks run them: 1, 4 and 9 compute units (grids of 2,
-    8 and 18 blocks, so blocks take many items or few) give bit-identical outputs, for the block kernel and
-    for the two-pass kernels (SMALLM_KERNEL_VARIANT=5, opt-in on gfx950), each within the tolerance."""
+def test_grid_size_thread_order_and_variant5(tmp_path):
+    """The kernels' outputs do not depend on how many blocks run them or on the order of their threads: 1, 4 and
+    9 compute units (grids of 2, 8 and 18 blocks, so blocks take many items or few), and a block's threads
+    resumed last to first between barriers (SMALLM_EMU_ORDER=reverse: a missing barrier between waves would
+    show), give bit-identical outputs, for the block kernel and for the two-pass kernels
+    (SMALLM_KERNEL_VARIANT=5, opt-in on gfx950), each within the tolerance."""
     script = tmp_path / "grid.py"
     script.write_text(_GRID_SCRIPT)
     outs = {}
     for variant in (0, 5):
-        for cus in (1, 4, 9):
-            f = tmp_path / f"out_{variant}_{cus}.pt"
+        for cus, order in ((1, "forward"), (4, "forward"), (9, "forward"), (4, "reverse"), (9, "reverse")):
+            f = tmp_path / f"out_{variant}_{cus}_{order}.pt"
             r = subprocess.run([sys.executable, str(script), str(f)], capture_output=True, text=True, timeout=900,
-                               env=_env(SMALLM_KERNEL_VARIANT=variant, SMALLM_EMU_CUS=cus))
+                               env=_env(SMALLM_KERNEL_VARIANT=variant, SMALLM_EMU_CUS=cus, SMALLM_EMU_ORDER=order))
             assert r.returncode == 0, r.stderr[-3000:]
-            outs[variant, cus] = torch.load(f)
-    for variant in (0, 5):
-        for cus in (1, 9):
-            assert all(torch.equal(a, b) for a, b in zip(outs[variant, cus], outs[variant, 4])), (variant, cus)
+            outs[variant, cus, order] = torch.load(f)
+    for (variant, cus, order), got in outs.items():
+        assert all(torch.equal(a, b) for a, b in zip(got, outs[variant, 4, "forward"])), (variant, cus, order)
 
 
 def _selftest_cli(fmt, fault):

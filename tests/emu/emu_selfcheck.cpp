@@ -2,7 +2,7 @@
 // barriers, deadlock report, launch refusal and the gfx950 conversions it stands in for. Built and run by
 // tests/test_gfx950_emulated.py (a host clang++, no torch); prints one line per check, "ok" or the reason,
 // then the conversion tables as "fp8 <byte> <value>" / "fp4 <nibble> <value>" lines for the test to compare
-// with torch's own decoders.
+// with torch's own decoders, and an "order" line (the thread order probe).
 #include "smallm_compat.h"
 #include "smallm_launch.h"
 
@@ -33,6 +33,15 @@ __global__ void barrier_kernel() {
   const int t = smallm::thread_id();
   s[t] = t * 7;
   smallm::block_sync();
+  g_out[t] = s[(t + 1) % 256];
+}
+
+// No barrier between a write and a read of another thread's write: what it reads shows the order in which the
+// emulation runs a block's threads (SMALLM_EMU_ORDER), printed as "order <threads that saw their neighbour's write>".
+__global__ void order_probe_kernel() {
+  static __shared__ int s[256];
+  const int t = smallm::thread_id();
+  s[t] = 1;
   g_out[t] = s[(t + 1) % 256];
 }
 
@@ -122,6 +131,13 @@ int main() {
   expect(smallm::launch_kernel(barrier_kernel, 1, 256, 0, nullptr, LaunchOrder::kCooperative) ==
              (int)hipErrorNotSupported,
          "a cooperative launch is refused, as on HIP");
+  {
+    std::fill(out.begin(), out.end(), 0);
+    smallm::launch_kernel(order_probe_kernel, 1, 256, 0, nullptr, LaunchOrder::kStream);
+    int seen = 0;
+    for (int t = 0; t < 256; ++t) seen += out[t];
+    printf("order %d\n", seen);
+  }
   for (int b = 0; b < 256; ++b) {
     const auto p = smallm_emu::cvt_pk_f32_fp8((uint32_t)b << 16, 1.0f, true);
     const auto q = smallm_emu::cvt_pk_bf16_fp8((uint32_t)b << 8, 2.0f, false);
