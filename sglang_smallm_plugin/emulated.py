@@ -19,6 +19,7 @@ builds an emulation with a deliberate fault that the checks must catch (hip/smal
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import pathlib
@@ -43,13 +44,27 @@ _ops = None
 _ops_fault = 0
 
 
+MIN_CLANG = 16  # __bf16 vectors on x86-64
+
+
+@functools.lru_cache(maxsize=None)
+def _clang_major(path: str) -> int:
+    import subprocess
+
+    try:
+        r = subprocess.run([path, "-dumpversion"], capture_output=True, text=True, timeout=30)
+        return int(r.stdout.strip().split(".")[0]) if r.returncode == 0 else 0
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return 0
+
+
 def host_clang() -> Optional[str]:
-    """A host clang++ that the emulation can be built with (it needs clang's vector types and __bf16),
-    SMALLM_EMU_CXX first; None where there is none."""
+    """A host clang++ (>= MIN_CLANG) that the emulation can be built with (it needs clang's vector types and
+    __bf16), SMALLM_EMU_CXX first; None where there is none."""
     given = envs.EMU_CXX.get().strip()
     for name in ((given,) if given else ()) + COMPILERS:
         path = shutil.which(name)
-        if path:
+        if path and _clang_major(path) >= MIN_CLANG:
             return path
     return None
 
@@ -57,7 +72,7 @@ def host_clang() -> Optional[str]:
 def unavailable_reason() -> Optional[str]:
     """Why the emulation cannot be built here, or None."""
     if host_clang() is None:
-        return ("no host clang++ (>= 16) on PATH: the gfx950 emulation is compiled by clang "
+        return (f"no host clang++ (>= {MIN_CLANG}) on PATH: the gfx950 emulation is compiled by clang "
                 "(Debian: apt install clang-16; or set SMALLM_EMU_CXX)")
     try:
         import torch.utils.cpp_extension  # noqa: F401
