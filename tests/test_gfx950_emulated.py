@@ -158,6 +158,8 @@ for spec, fmt, layout, T in [("D1024-E16-K4-I256", "fp8_block128", "shuffle16x16
     kernels.run_moe(call, out=out, ops=ops)
     err = rel_l2(out.float(), reference_of(call).float())
     assert bool(out.isfinite().all()) and err <= moe_tolerance(fmt), (spec, fmt, layout, T, err)
+    sync = kernels.Workspace.ensure("cpu", call.hidden, call.inter).sync
+    assert int((sync != 0).sum()) == 0, (spec, fmt, layout, T, "counters left set")  # what a graph replay needs
     outs.append(out)
 torch.save(outs, sys.argv[1])
 """
@@ -168,7 +170,8 @@ def test_grid_size_thread_order_and_variant5(tmp_path):
     9 compute units (grids of 2, 8 and 18 blocks, so blocks take many items or few), and a block's threads
     resumed last to first between barriers (SMALLM_EMU_ORDER=reverse: a missing barrier between waves would
     show), give bit-identical outputs, for the block kernel and for the two-pass kernels
-    (SMALLM_KERNEL_VARIANT=5, opt-in on gfx950), each within the tolerance."""
+    (SMALLM_KERNEL_VARIANT=5, opt-in on gfx950), each within the tolerance; and every call leaves the
+    workspace's counters zero (the kernels reset what they use: the next call and a graph replay need it)."""
     script = tmp_path / "grid.py"
     script.write_text(_GRID_SCRIPT)
     outs = {}
