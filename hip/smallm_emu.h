@@ -241,11 +241,12 @@ inline void exchange_done() { wave_barrier(); }
 // value, 2 = the fp4 conversions take a byte's nibbles the other way round, 3 = a wave is 32 lanes wide
 // in the cross-lane operations (as if the kernels assumed CUDA's warp), 4 = block barriers do not wait.
 constexpr int kExchangeWidth = SMALLM_EMU_FAULT == 3 ? 32 : kWave;
+inline int group_base() { return lane() / kExchangeWidth * kExchangeWidth; }  // first lane this one exchanges with
 
 inline int bpermute(int addr, int v) {
   const uint64_t* s = exchange((uint32_t)v);
   const int src = ((addr >> 2) + (SMALLM_EMU_FAULT == 1 ? 1 : 0)) & (kExchangeWidth - 1);
-  const int r = (int)(uint32_t)s[lane() / kExchangeWidth * kExchangeWidth + src];
+  const int r = (int)(uint32_t)s[group_base() + src];
   exchange_done();
   return r;
 }
@@ -253,7 +254,7 @@ inline uint64_t ballot(bool p) {
   const uint64_t* s = exchange(p ? 1u : 0u);
   uint64_t m = 0;
   Block* b = current();
-  const int base = lane() / kExchangeWidth * kExchangeWidth;
+  const int base = group_base();
   for (int l = base; l < base + kExchangeWidth; ++l) {
     const int t = wave() * kWave + l;
     if (t < b->nthreads && b->state[t] != kDone && s[l]) m |= uint64_t(1) << (l - base);
@@ -263,7 +264,7 @@ inline uint64_t ballot(bool p) {
 }
 inline int readlane(int v, int l) {
   const uint64_t* s = exchange((uint32_t)v);
-  const int r = (int)(uint32_t)s[lane() / kExchangeWidth * kExchangeWidth + (l & (kExchangeWidth - 1))];
+  const int r = (int)(uint32_t)s[group_base() + (l & (kExchangeWidth - 1))];
   exchange_done();
   return r;
 }

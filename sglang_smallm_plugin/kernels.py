@@ -152,14 +152,18 @@ class Workspace:
             return ws
 
 
+def _installed_ops():
+    """torch.ops.sglang_smallm, once the installed extension has loaded (else RuntimeError with the reason)."""
+    mod, why = load_compiled()
+    if mod is None:
+        raise RuntimeError(f"sglang-smallm: {why}")
+    return torch.ops.sglang_smallm
+
+
 def run_moe(call: MoeCall, out: Optional[torch.Tensor] = None, ops=None) -> torch.Tensor:
     """Run the fused kernel for an eligible call (the gate has already said yes). `ops`: another build of
     the ops (the gfx950 emulation on CPU tensors, emulated.load()); the installed kernels by default."""
-    if ops is None:
-        mod, why = load_compiled()
-        if mod is None:
-            raise RuntimeError(f"sglang-smallm: {why}")
-        ops = torch.ops.sglang_smallm
+    ops = ops if ops is not None else _installed_ops()
     ws = Workspace.ensure(call.x.device, call.hidden, call.inter)
     out = torch.empty_like(call.x) if out is None else out
     scale = 1.0 if call.routed_scaling_factor is None else float(call.routed_scaling_factor)
@@ -205,11 +209,7 @@ def sort_buffers(call: SortCall) -> SortOutput:
 def run_sort(call: SortCall, path: str, out: Optional[SortOutput] = None, ops=None) -> SortOutput:
     """Run the compiled sort on an eligible call (the sort gate chose `path`). `out` may carry
     preallocated (e.g. poisoned) buffers of sort_buffers' sizes; `ops` as for run_moe."""
-    if ops is None:
-        mod, why = load_compiled()
-        if mod is None:
-            raise RuntimeError(f"sglang-smallm: {why}")
-        ops = torch.ops.sglang_smallm
+    ops = ops if ops is not None else _installed_ops()
     out = sort_buffers(call) if out is None else out
     ops.moe_sort(
         call.topk_ids, call.topk_weights if call.output_format == AITER_SORT else None,

@@ -53,17 +53,27 @@ class CompiledSortProvider:
         ok, why = self.available(call.topk_ids.device)
         if not ok:
             return False, why
-        path, why = sort_gate.choose_path(call, kernels.device_info(call.topk_ids.device).arch)
-        call.extra["sort_path"] = path  # run() uses the path the gate chose
-        return path is not None, why
+        return gate_sort(call, kernels.device_info(call.topk_ids.device).arch)
 
     def run(self, call: SortCall):
-        path = call.extra.get("sort_path")
+        return run_sort_on(call, kernels.device_info(call.topk_ids.device).arch)
+
+
+def gate_sort(call: SortCall, arch: str) -> tuple:
+    """The sort gate's answer for `arch`; the path it chose is kept on the call for run_sort_on."""
+    path, why = sort_gate.choose_path(call, arch)
+    call.extra["sort_path"] = path  # run_sort_on uses the path the gate chose
+    return path is not None, why
+
+
+def run_sort_on(call: SortCall, arch: str, ops=None):
+    """The sort on the path gate_sort chose (chosen now where it was not asked), through `ops` (kernels.run_sort)."""
+    path = call.extra.get("sort_path")
+    if path is None:
+        path, why = sort_gate.choose_path(call, arch)
         if path is None:
-            path, why = sort_gate.choose_path(call, kernels.device_info(call.topk_ids.device).arch)
-            if path is None:
-                raise RuntimeError(f"sglang-smallm: sort called on an ineligible call ({why})")
-        return kernels.run_sort(call, path)
+            raise RuntimeError(f"sglang-smallm: sort called on an ineligible call ({why})")
+    return kernels.run_sort(call, path, ops=ops)
 
 
 def _arch_matches(built: str, device_arch: str) -> bool:

@@ -3,8 +3,9 @@ SGLANG_SMALLM_EMULATE=1, for development without an AMD GPU. They serve CPU tens
 (its caps, rules and sort paths), so SGLang's layer on a CPU sends the calls an MI355X would run through the
 kernels' gfx950 code, and the rest to its fallback. Very slow; never chosen on a GPU."""
 
-from .. import emulated, gate, kernels, sort_gate
+from .. import emulated, gate, kernels
 from ..calls import MoeCall, SortCall
+from .compiled import gate_sort, run_sort_on
 
 
 def _available(device) -> tuple:
@@ -44,14 +45,7 @@ class EmulatedSortProvider:
         ok, why = self.available(call.topk_ids.device)
         if not ok:
             return False, why
-        path, why = sort_gate.choose_path(call, emulated.ARCH)
-        call.extra["sort_path"] = path
-        return path is not None, why
+        return gate_sort(call, emulated.ARCH)
 
     def run(self, call: SortCall):
-        path = call.extra.get("sort_path")
-        if path is None:
-            path, why = sort_gate.choose_path(call, emulated.ARCH)
-            if path is None:
-                raise RuntimeError(f"sglang-smallm: sort called on an ineligible call ({why})")
-        return kernels.run_sort(call, path, ops=emulated.load())
+        return run_sort_on(call, emulated.ARCH, ops=emulated.load())
