@@ -24,7 +24,6 @@ from sglang_smallm_plugin import edge_cases, emulated, gate, selftest, sort_self
 from sglang_smallm_plugin.calls import FP8_BLOCK128, MXFP4, ROW_MAJOR, SHUFFLE16
 from sglang_smallm_plugin.reference.quant import FP4_VALUES
 from sglang_smallm_plugin.shapes import shape_by_name
-from sglang_smallm_plugin.testdata import make_weights
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WHY = emulated.unavailable_reason()
@@ -77,35 +76,20 @@ def test_emulation_itself(tmp_path):
     assert rev.returncode == 0 and "order 255" in rev.stdout.splitlines(), rev.stdout
 
 
-def _check(ops, spec, fmt, layout, tokens, seeds):
-    shape = shape_by_name(spec)
-    bad, n = [], 0
-    for seed in seeds:
-        w = make_weights(shape, fmt, layout, seed, "cpu")
-        for t in tokens:
-            r = selftest.check_case(shape, fmt, layout, t, seed, "cpu", w, ops=ops)
-            n += 1
-            if not r.ok:
-                bad.append(r)
-    return n, bad
-
-
-def _tokens(spec, fmt, layout):
-    """1, 3, 8 and the gfx950 cap the gate gives that shape (within the kernels' pairs)."""
-    shape = shape_by_name(spec)
-    cap = min(gate.shape_cap(emulated.ARCH, fmt, shape, layout), gate.MAX_PAIRS // shape.slots)
-    return sorted({1, 3, 8, cap})
+def _run(formats, shapes, layouts, seeds, tokens=None, pad=0):
+    """selftest's own matrix loop on the emulation (selftest.run(emulate=True)), quietly."""
+    return selftest.run(formats=formats, shapes=shapes, layouts=layouts, seeds=seeds, tokens=tokens, pad=pad,
+                        echo=lambda *_: None, emulate=True)
 
 
 @pytest.mark.parametrize("layout", [ROW_MAJOR, SHUFFLE16])
 @pytest.mark.parametrize("fmt", [FP8_BLOCK128, MXFP4])
 def test_block_kernel_small_shapes(ops, fmt, layout):
     """gfx950's default kernel (variant 0) on four shapes, 1, 3, 8 tokens and the gfx950 cap, 3 seeds."""
-    total, bad = 0, []
-    for spec in SMALL:
-        n, b = _check(ops, spec, fmt, layout, _tokens(spec, fmt, layout), range(3))
-        total, bad = total + n, bad + b
-    assert total == 3 * sum(len(_tokens(spec, fmt, layout)) for spec in SMALL)
+    results = _run((fmt,), SMALL, (layout,), range(3))
+    counts = [selftest.default_tokens(shape_by_name(spec), fmt, emulated.ARCH, layout) for spec in SMALL]
+    assert all(len(c) == 4 for c in counts) and len(results) == 3 * 4 * len(SMALL), counts  # 1, 3, 8 and the cap
+    bad = [r for r in results if not r.ok]
     assert not bad, bad
 
 
@@ -118,8 +102,8 @@ def test_block_kernel_qwen35(ops, name, fmt):
     shape = shape_by_name(name)
     cap = gate.shape_cap(emulated.ARCH, fmt, shape, SHUFFLE16)
     assert cap >= 20
-    n, bad = _check(ops, name, fmt, SHUFFLE16, (1, cap), range(1))
-    assert n == 2 and not bad, bad
+    results = _run((fmt,), (name,), (SHUFFLE16,), range(1), tokens=[1, cap])
+    assert len(results) == 2 and all(r.ok for r in results), results
 
 
 def test_edge_cases(ops):
@@ -328,15 +312,5 @@ def test_sglangs_quark_mxfp4_layer_padded_for_aiter_runs_the_emulated_gfx950_ker
 def test_padded_layers_never_read_the_padding(ops, fmt, layout):
     """`selftest --pad 128` on the gfx950 build: the layer as SGLang pads it for AITER (I = 128 stored as 256, as
     Quark MXFP4 Qwen3.5 at TP8), the padding poisoned: the output equals the unpadded layer's bit for bit."""
-    from sglang_smallm_plugin.testdata import make_padded_weights
-
-    shape = shape_by_name("D1024-E16-K4-I128")
-    bad = []
-    for seed in range(2):
-        w = make_weights(shape, fmt, layout, seed, "cpu")
-        pw = make_padded_weights(shape, fmt, layout, seed, "cpu", 128)
-        for t in (1, 5, 16):
-            r = selftest.check_case(shape, fmt, layout, t, seed, "cpu", w, pad=128, ops=ops, padded=pw)
-            if not (r.ok and r.pad_identical):
-                bad.append(r)
-    assert not bad, bad
+    results = _run((fmt,), ("D1024-E16-K4-I128",), (layout,), range(2), tokens=[1, 5, 16], pad=128)
+    assert len(results) == 6 and all(r.ok and r.pad_identical for r in results), results
