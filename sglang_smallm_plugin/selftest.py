@@ -16,7 +16,7 @@ import torch
 from . import gate, kernels
 from .calls import FP8_BLOCK128, ROW_MAJOR, SHUFFLE16
 from .shapes import SHAPES, shape_by_name
-from .testdata import make_call, make_padded_weights, make_weights, reference_of
+from .testdata import UnsupportedLayout, layout_refusal, make_call, make_padded_weights, make_weights, reference_of
 from .timing import capture
 from .tolerances import moe_tolerance, rel_l2
 
@@ -94,7 +94,12 @@ def _flag(v: Optional[bool]) -> str:
 def run(formats=(FP8_BLOCK128,), shapes=tuple(SHAPES), layouts=(ROW_MAJOR, SHUFFLE16), seeds=range(5),
         tokens=None, device="cuda", echo=print, pad=0, emulate=False) -> list:
     """The matrix on this GPU, or with `emulate` on the gfx950 build run by this CPU (emulated.py; the caps
-    and defaults of gfx950; no CUDA graph: the graph column says '-')."""
+    and defaults of gfx950; no CUDA graph: the graph column says '-'). Raises UnsupportedLayout, before
+    running anything, where a requested shape cannot be laid out as asked (testdata.layout_refusal)."""
+    refused = [f"{name} {fmt} {layout}: {why}" for fmt in formats for name in shapes for layout in layouts
+               if (why := layout_refusal(shape_by_name(name), fmt, layout, pad))]
+    if refused:
+        raise UnsupportedLayout("; ".join(refused))
     ops = None
     if emulate:
         from . import emulated

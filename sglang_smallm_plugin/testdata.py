@@ -1,5 +1,7 @@
 """Random MoE layers and routings for selftest, tests and benchmarks (fresh per seed)."""
 
+from typing import Optional
+
 import torch
 
 from . import reference
@@ -26,11 +28,38 @@ def make_weights(shape: MoeShape, weight_format: str, layout: str, seed: int, de
     return in_layout({"w13": w13, "w2": w2, "w13_scale": s13, "w2_scale": s2}, weight_format, layout)
 
 
+class UnsupportedLayout(ValueError):
+    """Test weights of this shape cannot be laid out as asked (the reason says why and what to use)."""
+
+
+def _untiled(name: str, experts: int, rows: int) -> Optional[str]:
+    if experts * rows % 256 == 0:
+        return None
+    return (f"shuffle16x16 MXFP4 weights need experts x rows in multiples of 256 (AITER's e8m0_shuffle tiles); "
+            f"{name} has {experts} x {rows} = {experts * rows} rows: use row_major for this shape")
+
+
+def layout_refusal(shape: MoeShape, weight_format: str, layout: str, pad: int = 0) -> Optional[str]:
+    """Why `shape`'s weights cannot be made in `layout` (None where they can): AITER's e8m0_shuffle works on
+    [E*N, K/32] scale matrices of whole 256-row tiles, so shuffled MXFP4 needs E*N a multiple of 256 for
+    w13 (N = 2I) and w2 (N = D); every Qwen3.5/MiniMax/Qwen3 layer has it, odd E with D an odd multiple of
+    128 does not (AITER would pad the rows, and the layer's [E, N, K/32] scale tensor would not exist)."""
+    if layout != SHUFFLE16 or weight_format != MXFP4:
+        return None
+    return (_untiled("w13_scale", shape.experts, 2 * (shape.inter + pad))
+            or _untiled("w2_scale", shape.experts, shape.hidden))
+
+
 def in_layout(weights: dict, weight_format: str, layout: str) -> dict:
     """Row-major weights in `layout`: shuffle16x16 is AITER's (16,16) shuffle of w13 and w2 and, for MXFP4,
-    e8m0_shuffle of the scales over the flattened [E*N, K/32] matrices (FP8 block scales stay as they are)."""
+    e8m0_shuffle of the scales over the flattened [E*N, K/32] matrices (FP8 block scales stay as they are).
+    Raises UnsupportedLayout where the scales do not tile (layout_refusal)."""
     if layout != SHUFFLE16:
         return weights
+    if weight_format == MXFP4:
+        why = _untiled("w13_scale", *weights["w13_scale"].shape[:2]) or _untiled("w2_scale", *weights["w2_scale"].shape[:2])
+        if why:
+            raise UnsupportedLayout(why)
     out = {"w13": reference.shuffle_weight(weights["w13"]), "w2": reference.shuffle_weight(weights["w2"])}
     for k in ("w13_scale", "w2_scale"):
         t = weights[k]

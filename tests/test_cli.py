@@ -253,3 +253,37 @@ def test_token_counts_parses_lists():
     for bad in ("x", "0", "-1", "1.5"):
         with pytest.raises(argparse.ArgumentTypeError, match="is not a token count"):
             token_counts(bad)
+
+
+@pytest.mark.parametrize("emulate", [(), ("--emulate",)])
+def test_selftest_refuses_a_shape_the_shuffled_mxfp4_weights_cannot_take(emulate):
+    """AITER's e8m0_shuffle tiles 256 rows of [E*N, K/32]: shuffled MXFP4 test weights of 3 experts at D = 384
+    cannot exist. The selftest says so, naming the case and what to use, before loading or running anything
+    (on CPU and emulated alike), not with a traceback from a reshape."""
+    r = _cli("selftest", *emulate, "--what", "moe", "--seeds", "1", "--shapes", "D384-E3-K2-I128,qwen35-tp8",
+             "--formats", "mxfp4", "--layouts", "row_major,shuffle16x16", "--tokens", "1", timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and "needs a GPU" not in r.stderr
+    assert ("D384-E3-K2-I128 mxfp4 shuffle16x16: shuffle16x16 MXFP4 weights need experts x rows in multiples of 256"
+            in r.stderr), r.stderr
+    assert "w2_scale has 3 x 384 = 1152 rows: use row_major for this shape" in r.stderr
+    assert "qwen35-tp8" not in r.stderr and "row_major:" not in r.stderr  # only the case that cannot be made
+
+
+def test_test_weights_refuse_untiled_shuffled_mxfp4_and_take_every_registered_shape():
+    from sglang_smallm_plugin.shapes import SHAPES, shape_by_name
+    from sglang_smallm_plugin.testdata import UnsupportedLayout, layout_refusal, make_weights
+
+    for name in SHAPES:
+        for fmt in ("fp8_block128", "mxfp4"):
+            for layout in ("row_major", "shuffle16x16"):
+                assert layout_refusal(shape_by_name(name), fmt, layout) is None, (name, fmt, layout)
+    odd = shape_by_name("D384-E3-K2-I128")
+    assert layout_refusal(odd, "mxfp4", "row_major") is None
+    assert layout_refusal(odd, "fp8_block128", "shuffle16x16") is None
+    assert "w2_scale has 3 x 384" in layout_refusal(odd, "mxfp4", "shuffle16x16")
+    assert layout_refusal(shape_by_name("D384-E4-K2-I128"), "mxfp4", "shuffle16x16") is None  # 4 x 384 = 6 tiles
+    with pytest.raises(UnsupportedLayout, match="w2_scale has 3 x 384 = 1152 rows"):
+        make_weights(odd, "mxfp4", "shuffle16x16", 0, "cpu")
+    w = make_weights(shape_by_name("D384-E4-K2-I128"), "mxfp4", "shuffle16x16", 0, "cpu")
+    assert w["w2_scale"].shape == (4, 384, 8)  # K/32 = 4 columns padded to AITER's 8
