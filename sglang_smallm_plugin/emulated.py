@@ -14,7 +14,8 @@ rounding, or anything of the real HIP toolchain (the ISA check and the ROCm buil
 
 SMALLM_EMU_CUS sets the emulated device's compute units (2 blocks each; default 4), which sets the
 kernels' grids; SMALLM_EMU_TIMEOUT_S bounds one launch (default 600 s); SMALLM_EMU_BUILD_DIR the build's
-cache (default ~/.cache/sglang-smallm/emu); SMALLM_EMU_CXX the compiler. SMALLM_EMU_FAULT=1..4 (tests only)
+cache (default ~/.cache/sglang-smallm/emu; one folder per source tree, the last KEEP_BUILDS used kept);
+SMALLM_EMU_CXX the compiler. SMALLM_EMU_FAULT=1..4 (tests only)
 builds an emulation with a deliberate fault that the checks must catch (hip/smallm_emu.h).
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ import functools
 import hashlib
 import os
 import pathlib
+import re
 import shutil
 import threading
 from typing import Optional
@@ -98,6 +100,19 @@ def build_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "sglang-smallm" / "emu"
 
 
+KEEP_BUILDS = 8  # build folders kept under build_dir(): the source trees last loaded (each fault is its own build)
+
+
+def _prune_builds(base: pathlib.Path, current: pathlib.Path, keep: int = KEEP_BUILDS) -> None:
+    """Remove the build folders (named by _source_key) under `base` but the `keep` last used and `current`."""
+    os.utime(current)
+    builds = sorted((p for p in base.iterdir() if p.is_dir() and re.fullmatch(r"[0-9a-f]{16}", p.name)),
+                    key=lambda p: p.stat().st_mtime, reverse=True)
+    for p in builds[keep:]:
+        if p != current:
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def load(verbose: bool = False, fault: Optional[int] = None):
     """Build (once per source tree) and load the emulated gfx950 kernels; returns torch.ops.sglang_smallm_emu.
     `fault` (tests only; one per process; default SMALLM_EMU_FAULT, else 0): an emulation with a deliberate
@@ -140,6 +155,7 @@ def load(verbose: bool = False, fault: Optional[int] = None):
                 os.environ.pop("CXX", None)
             else:
                 os.environ["CXX"] = old
+        _prune_builds(out.parent, out)
         _ops, _ops_fault = torch.ops.sglang_smallm_emu, fault
         return _ops
 

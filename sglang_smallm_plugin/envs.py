@@ -165,7 +165,7 @@ EMU_TIMEOUT_S = Switch("SMALLM_EMU_TIMEOUT_S", "600",
                        "seconds an emulated launch may run before it is failed (a lane spinning for good)", accepts=COUNT)
 EMU_CXX = Switch("SMALLM_EMU_CXX", "", "the host clang++ (>= 16) that builds the emulation; default: the first "
                  "clang++ on PATH")
-EMU_BUILD_DIR = Switch("SMALLM_EMU_BUILD_DIR", "", "where the emulation is built (one folder per source tree); "
+EMU_BUILD_DIR = Switch("SMALLM_EMU_BUILD_DIR", "", "where the emulation is built (one folder per source tree, the 8 last used kept); "
                        "default ~/.cache/sglang-smallm/emu")
 EMU_FAULT = Switch("SMALLM_EMU_FAULT", "0",
                    "tests only: 1-4 build the emulation with a deliberate fault that the checks must catch (a wrong "
