@@ -252,6 +252,9 @@ SMALLM_DEV void pause() {
 SMALLM_DEV Vec16 load_weights(const uint8_t* p) {
 #if defined(SMALLM_HIP)
   typedef unsigned v4u __attribute__((ext_vector_type(4)));
+#if defined(SMALLM_EMU)
+  smallm_emu::note_weight_read(p, 16);
+#endif
   v4u r = __builtin_nontemporal_load(reinterpret_cast<const v4u*>(p));
   Vec16 v;
   v.w[0] = r.x; v.w[1] = r.y; v.w[2] = r.z; v.w[3] = r.w;
@@ -267,6 +270,9 @@ SMALLM_DEV Vec16 load_weights(const uint8_t* p) {
 // Streaming 4-byte weight load (read once per call).
 SMALLM_DEV uint32_t load_weight_word(const uint8_t* p) {
 #if defined(SMALLM_HIP)
+#if defined(SMALLM_EMU)
+  smallm_emu::note_weight_read(p, 4);
+#endif
   return __builtin_nontemporal_load(reinterpret_cast<const uint32_t*>(p));
 #else
   return __ldcs(reinterpret_cast<const unsigned*>(p));

@@ -37,6 +37,7 @@
 #include <string.h>
 #include <ucontext.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -452,6 +453,45 @@ inline f32x2 cvt_pk_f32_fp4(uint32_t src, float scale, int sel) {
 inline float fdot2_bf16(bf16x2 a, bf16x2 b, float c, bool) {
   const uint32_t ua = __builtin_bit_cast(uint32_t, a), ub = __builtin_bit_cast(uint32_t, b);
   return (float)((double)bf16_at(ua, 0) * bf16_at(ub, 0) + (double)bf16_at(ua, 1) * bf16_at(ub, 1) + (double)c);
+}
+
+// Weight-read accounting (the byte model, checked): every load_weights / load_weight_word adds the bytes it
+// reads to the granule counter of the tracked region that holds them, or to untracked_bytes() where none does.
+// Regions are set between launches (sglang_smallm_emu::emu_track_reads), never during one.
+struct ReadTrack {
+  const uint8_t* base;
+  size_t bytes;
+  int32_t* counts;  // one per granule of the region
+  size_t granule;
+};
+constexpr int kMaxTracks = 4;
+inline ReadTrack (&tracks())[kMaxTracks] {
+  static ReadTrack t[kMaxTracks];
+  return t;
+}
+inline int& n_tracks() {
+  static int n = 0;
+  return n;
+}
+inline std::atomic<long long>& untracked_bytes() {
+  static std::atomic<long long> b{0};
+  return b;
+}
+inline void note_weight_read(const void* p, size_t n) {
+  if (n_tracks() == 0) return;
+  const uint8_t* q = static_cast<const uint8_t*>(p);
+  for (int i = 0; i < n_tracks(); ++i) {
+    const ReadTrack& t = tracks()[i];
+    if (q >= t.base && q + n <= t.base + t.bytes) {
+      const size_t g0 = (size_t)(q - t.base) / t.granule, g1 = (size_t)(q + n - 1 - t.base) / t.granule;
+      for (size_t g = g0; g <= g1; ++g) {  // a load across granules: each its own bytes
+        const size_t lo = std::max(g * t.granule, (size_t)(q - t.base)), hi = std::min((g + 1) * t.granule, (size_t)(q + n - t.base));
+        __atomic_fetch_add(&t.counts[g], (int32_t)(hi - lo), __ATOMIC_RELAXED);
+      }
+      return;
+    }
+  }
+  untracked_bytes().fetch_add((long long)n, std::memory_order_relaxed);
 }
 
 inline unsigned atomic_inc32(unsigned* p, unsigned max) {

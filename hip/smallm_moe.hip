@@ -746,6 +746,17 @@ int smallm_moe_launch(const smallm::MoeArgs& args, int fmt, int layout, void* st
 const char* smallm_build_arch() { return SMALLM_BUILD_ARCH; }
 #if defined(SMALLM_EMU)
 const char* smallm_emu_last_error() { return smallm_emu::last_error().c_str(); }
+// Weight reads counted per granule of up to kMaxTracks regions until the next reset (smallm_emu.h); returns false
+// when the regions are full. reset returns the bytes read outside every region since the last reset, and clears them.
+bool smallm_emu_track_reads(const void* base, size_t bytes, int32_t* counts, size_t granule) {
+  if (smallm_emu::n_tracks() == smallm_emu::kMaxTracks) return false;
+  smallm_emu::tracks()[smallm_emu::n_tracks()++] = {static_cast<const uint8_t*>(base), bytes, counts, granule};
+  return true;
+}
+long long smallm_emu_reset_reads() {
+  smallm_emu::n_tracks() = 0;
+  return smallm_emu::untracked_bytes().exchange(0);
+}
 #endif
 
 #endif  // !SMALLM_DEVICE_ONLY

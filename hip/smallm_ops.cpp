@@ -16,6 +16,8 @@
 #define SMALLM_GUARD(t)
 #define SMALLM_STREAM() nullptr
 const char* smallm_emu_last_error();  // why the last emulated launch failed (hip/smallm_emu.h)
+bool smallm_emu_track_reads(const void* base, size_t bytes, int32_t* counts, size_t granule);  // hip/smallm_moe.hip
+long long smallm_emu_reset_reads();
 #define SMALLM_LAUNCH_DETAIL() "; ", smallm_emu_last_error()
 #else
 #include <c10/cuda/CUDAStream.h>
@@ -212,6 +214,22 @@ void read_floor(const at::Tensor& base, const at::Tensor& ids, int64_t expert_by
 
 std::string build_arch() { return smallm_build_arch(); }
 
+#if defined(SMALLM_EMU)
+// The emulation counts the weight bytes the kernels load (load_weights, load_weight_word) per `granule` bytes of
+// `base` into `counts` (int32, one per granule, accumulated) until emu_reset_reads, which returns the bytes
+// loaded outside every tracked tensor meanwhile.
+void emu_track_reads(const at::Tensor& base, at::Tensor& counts, int64_t granule) {
+  TORCH_CHECK(base.is_cpu() && base.is_contiguous() && counts.is_cpu() && counts.is_contiguous() &&
+                  counts.scalar_type() == at::kInt && granule > 0,
+              "emu_track_reads: contiguous CPU base, int32 counts, granule > 0");
+  const int64_t n = (int64_t)base.nbytes();
+  TORCH_CHECK(counts.numel() == (n + granule - 1) / granule, "emu_track_reads: counts needs one int32 per granule");
+  TORCH_CHECK(smallm_emu_track_reads(base.data_ptr(), (size_t)n, counts.data_ptr<int32_t>(), (size_t)granule),
+              "emu_track_reads: at most 4 tensors tracked at once (emu_reset_reads first)");
+}
+int64_t emu_reset_reads() { return smallm_emu_reset_reads(); }
+#endif
+
 }  // namespace
 
 TORCH_LIBRARY(SMALLM_OPS, m) {
@@ -226,12 +244,19 @@ TORCH_LIBRARY(SMALLM_OPS, m) {
       "read_floor(Tensor base, Tensor ids, int expert_bytes, int chunks, Tensor(a!) sink, int offset=0, int length=-1, "
       "bool dependent=False) -> ()");
   m.def("build_arch() -> str", &build_arch);
+#if defined(SMALLM_EMU)
+  m.def("emu_track_reads(Tensor base, Tensor(a!) counts, int granule) -> ()");
+  m.def("emu_reset_reads() -> int", &emu_reset_reads);
+#endif
 }
 
 TORCH_LIBRARY_IMPL(SMALLM_OPS, SMALLM_OPS_KEY, m) {
   m.impl("moe_fused", &moe_fused);
   m.impl("moe_sort", &moe_sort);
   m.impl("read_floor", &read_floor);
+#if defined(SMALLM_EMU)
+  m.impl("emu_track_reads", &emu_track_reads);
+#endif
 }
 
 // Importing the extension module registers the ops above.

@@ -226,3 +226,25 @@ def guard_call(call, where: str = "end"):
     ws.h, ws.y, ws.sync = (guarded(ws.h, where), guarded(ws.y, where), guarded(ws.sync, where))
     kernels.Workspace._by_device[("cpu", None)] = ws
     return dataclasses.replace(call, **fields), sorted(fields)
+
+
+def weight_reads(ops, run, tensors, granule: int = 16):
+    """Run `run()` on the emulation counting the weight bytes the kernels load (load_weights and
+    load_weight_word, hip/smallm_compat.h) per `granule` bytes of each of `tensors` (at most 4). Returns
+    ([int32 counts per granule, one tensor per input], bytes loaded outside every tensor): the byte model
+    checked, e.g. a touched expert's weights read exactly once per call."""
+    counts = [_counts_for(t, granule) for t in tensors]
+    ops.emu_reset_reads()
+    try:
+        for t, c in zip(tensors, counts):
+            ops.emu_track_reads(t, c, granule)
+        run()
+    finally:
+        untracked = ops.emu_reset_reads()
+    return counts, untracked
+
+
+def _counts_for(t, granule: int):
+    import torch
+
+    return torch.zeros((t.numel() * t.element_size() + granule - 1) // granule, dtype=torch.int32)

@@ -11,6 +11,7 @@ operations, barriers, deadlock report, conversions), and four builds with a deli
 What it cannot show: timing, the silicon's own rounding, the real toolchain's code (the ISA and ROCm build
 checks in test_kernel_compile.py cover what the compilers make of the same source).
 """
+import json
 import os
 import pathlib
 import subprocess
@@ -168,6 +169,74 @@ def test_grid_size_thread_order_and_variant5(tmp_path):
             outs[variant, cus, order] = torch.load(f)
     for (variant, cus, order), got in outs.items():
         assert all(torch.equal(a, b) for a, b in zip(got, outs[variant, 4, "forward"])), (variant, cus, order)
+
+
+_READS_SCRIPT = r"""
+import dataclasses, json, sys, torch
+from sglang_smallm_plugin import emulated, kernels
+from sglang_smallm_plugin.reference.reads import row_end_vectors, weight_read_masks
+from sglang_smallm_plugin.shapes import shape_by_name
+from sglang_smallm_plugin.testdata import make_call, make_padded_weights, make_weights
+ops, rows = emulated.load(), []
+for spec, fmt, layout, tokens, pad in json.loads(sys.argv[1]):
+    shape = shape_by_name(spec)
+    w = (make_padded_weights(shape, fmt, layout, 3, "cpu", pad) if pad else make_weights(shape, fmt, layout, 3, "cpu"))
+    for T in tokens:
+        call = dataclasses.replace(make_call(shape, fmt, layout, T, 3, "cpu", weights=w), inter_pad=pad)
+        w13, w2 = call.w13.view(torch.uint8), call.w2.view(torch.uint8)
+        (c13, c2), untracked = emulated.weight_reads(ops, lambda: kernels.run_moe(call, ops=ops), [w13, w2])
+        E = shape.experts
+        c13, c2 = c13.view(E, -1), c2.view(E, -1)
+        m13, m2 = weight_read_masks(w13, w2, call.topk_ids, call.inter, layout == "shuffle16x16")
+        ends = row_end_vectors(w13, w13.shape[2], layout == "shuffle16x16")[None, :].expand_as(m13)
+        rows.append(dict(case=f"{spec} {fmt} {layout} pad={pad} T={T}", untracked=untracked,
+                         w13_read_is_mask=bool(torch.equal(c13 > 0, m13)), w2_read_is_mask=bool(torch.equal(c2 > 0, m2)),
+                         w13_once_off_row_ends=bool((c13[m13 & ~ends] == 16).all()), w2_max=int(c2.max()),
+                         w13_row_end_min=int(c13[m13 & ends].min()), w13_extra_bytes=int((c13[m13] - 16).sum()),
+                         bytes_read_once=int(c13[m13].numel() + c2[m2].numel()) * 16))
+print(json.dumps(rows))
+"""
+
+# (shape, format, layout, token counts, intermediate padding): gfx950's caps (FP8 TP4 20, TP8 48, MXFP4 40), SGLang's
+# padding of Quark MXFP4 at Qwen3.5 TP8 (I = 128 stored as 256), the split down (I = 512), and rows of 512 bytes
+# (FP8 D = 512, MXFP4 D = 1024), where the block kernel's lanes past a row's end load its last vector again
+_READ_CASES = {
+    0: [("qwen35-tp8", FP8_BLOCK128, SHUFFLE16, [1, 48], 0), ("qwen35-tp4", MXFP4, SHUFFLE16, [40], 0),
+        ("qwen35-tp8", MXFP4, SHUFFLE16, [8], 128), ("minimax-m3", FP8_BLOCK128, ROW_MAJOR, [16], 0),
+        ("D2048-E64-K8-I512", FP8_BLOCK128, ROW_MAJOR, [8], 0), ("D512-E9-K3-I128-S1", FP8_BLOCK128, ROW_MAJOR, [5], 0),
+        ("D512-E9-K3-I128-S1", FP8_BLOCK128, SHUFFLE16, [5], 0), ("D1024-E16-K4-I256", MXFP4, SHUFFLE16, [3], 0)],
+    5: [("qwen35-tp8", FP8_BLOCK128, SHUFFLE16, [1, 20], 0), ("qwen35-tp4", MXFP4, SHUFFLE16, [20], 0),
+        ("qwen35-tp8", MXFP4, SHUFFLE16, [8], 128), ("D2048-E64-K8-I512", FP8_BLOCK128, ROW_MAJOR, [8], 0),
+        ("D512-E9-K3-I128-S1", FP8_BLOCK128, ROW_MAJOR, [5], 0)],
+}
+
+
+@pytest.mark.parametrize("variant", sorted(_READ_CASES))
+def test_each_touched_experts_weights_are_read_once_and_nothing_else(tmp_path, variant):
+    """The byte model behind every roofline here, checked on the gfx950 build's own loads: the emulation counts
+    every weight load (load_weights / load_weight_word) per 16 bytes of w13 and w2. Each expert the routing
+    touches has every byte of its real rows read, and exactly once (the down's w2 and the gate/up's w13), no
+    untouched expert and none of SGLang's padding is read, and no weight load falls outside the two tensors;
+    for the block kernel (gfx950's default) and the two-pass kernels. The one exception, by design
+    (kLoadsDrainInOrder, hip/smallm_moe.h): the block kernel's lanes past a row's end load the row's last
+    vector again (value unused) rather than sit under a guard; only rows of 512 bytes have such lanes, and those
+    loads hit the line the row's own load just read, so they add no memory traffic."""
+    script = tmp_path / "reads.py"
+    script.write_text(_READS_SCRIPT)
+    r = subprocess.run([sys.executable, str(script), json.dumps(_READ_CASES[variant])], capture_output=True,
+                       text=True, timeout=1200, env=_env(SMALLM_KERNEL_VARIANT=variant))
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(rows) == sum(len(c[3]) for c in _READ_CASES[variant])
+    for row in rows:
+        narrow = row["case"].startswith(("D512-", "D1024-"))
+        assert row["untracked"] == 0, row
+        assert row["w13_read_is_mask"] and row["w2_read_is_mask"], row
+        assert row["w13_once_off_row_ends"] and row["w2_max"] == 16 and row["w13_row_end_min"] >= 16, row
+        if variant == 0 and narrow:
+            assert row["w13_extra_bytes"] > 0, row  # the clamped lanes are there, and counted
+        else:
+            assert row["w13_extra_bytes"] == 0, row
 
 
 def _selftest_cli(fmt, fault):
