@@ -3,7 +3,8 @@
 Per case: fresh random weights, activations and routing (seeded); output buffer poisoned with NaN
 before each launch; relative L2 error against the pure-torch reference (fp32) within the table
 tolerance; every element written (no NaN left); bit-identical output on a second launch and on
-a CUDA-graph replay. With `pad` (`--pad N`): the layer as SGLang pads it for AITER (N more of I after each of
+a CUDA-graph replay. On the gfx950 emulation (`--emulate`) also the weight loads counted against the byte model
+('reads': each touched expert's real rows read once, nothing else; reference/reads.py). With `pad` (`--pad N`): the layer as SGLang pads it for AITER (N more of I after each of
 gate and up and along w2's K, Quark MXFP4's layer.intermediate_pad), the padding poisoned (NaN or extreme
 values), and the output bit-identical to the unpadded layer's: the kernel never reads the padding.
 """
@@ -34,11 +35,12 @@ class CaseResult:
     graph_identical: Optional[bool]  # None: not checked (the gfx950 emulation has no CUDA graphs)
     tol: float
     pad_identical: bool = True  # with pad: bit-identical to the same layer unpadded
+    reads: Optional[str] = None  # emulation only: "" where the weight loads match the byte model, else what differs
 
     @property
     def ok(self) -> bool:
         return (self.rel_err <= self.tol and self.all_written and self.deterministic
-                and self.graph_identical is not False and self.pad_identical)
+                and self.graph_identical is not False and self.pad_identical and not self.reads)
 
 
 def default_tokens(shape, weight_format, arch, layout=None) -> list:
@@ -71,7 +73,16 @@ def check_case(shape, weight_format, layout, tokens, seed, device, weights=None,
     written = bool(out.isfinite().all())
     err = rel_l2(out.float(), ref.float())
     again = torch.full_like(call.x, float("nan"))
-    kernels.run_moe(call, out=again, ops=ops)
+    reads = None
+    if ops is None:
+        kernels.run_moe(call, out=again, ops=ops)
+    else:  # the emulation counts the second launch's weight loads: the byte model (reference/reads.py)
+        from . import emulated
+        from .reference.reads import check_weight_reads
+
+        w13, w2 = call.w13.view(torch.uint8), call.w2.view(torch.uint8)
+        (c13, c2), untracked = emulated.weight_reads(ops, lambda: kernels.run_moe(call, out=again, ops=ops), [w13, w2])
+        reads = check_weight_reads(w13, w2, call.topk_ids, call.inter, layout == SHUFFLE16, c13, c2, untracked)[0] or ""
     graph_identical = None
     if ops is None:  # CUDA graph capture + replay into a poisoned buffer
         gout = torch.full_like(call.x, float("nan"))
@@ -84,7 +95,7 @@ def check_case(shape, weight_format, layout, tokens, seed, device, weights=None,
     if pad:
         pad_identical = bool(torch.equal(out, plain))
     return CaseResult(shape.name, weight_format, layout, tokens, seed, err, written,
-                      bool(torch.equal(out, again)), graph_identical, tol, pad_identical)
+                      bool(torch.equal(out, again)), graph_identical, tol, pad_identical, reads)
 
 
 def _flag(v: Optional[bool]) -> str:
@@ -120,7 +131,7 @@ def run(formats=(FP8_BLOCK128,), shapes=tuple(SHAPES), layouts=(ROW_MAJOR, SHUFF
         echo(f"layers padded by {pad} of I (SGLang's padding for AITER), the padding poisoned; 'pad=': output "
              "bit-identical to the unpadded layer's")
     echo(f"{'shape':16} {'format':12} {'layout':12} {'T':>3} {'seeds':>5} {'max rel err':>11} {'tol':>7} "
-         f"{'written':>7} {'determ':>6} {'graph':>5}{' pad=' if pad else ''}  ok")
+         f"{'written':>7} {'determ':>6} {'graph':>5}{' pad=' if pad else ''}{' reads' if emulate else ''}  ok")
     for fmt in formats:
         for name in shapes:
             shape = shape_by_name(name)
@@ -139,8 +150,11 @@ def run(formats=(FP8_BLOCK128,), shapes=tuple(SHAPES), layouts=(ROW_MAJOR, SHUFF
                     echo(f"{name:16} {fmt:12} {layout:12} {t:3d} {len(rs):5d} {max(r.rel_err for r in rs):11.2e} "
                          f"{rs[0].tol:7.0e} {all(r.all_written for r in rs)!s:>7} {all(r.deterministic for r in rs)!s:>6} "
                          f"{_flag(None if rs[0].graph_identical is None else all(r.graph_identical for r in rs)):>5}"
-                         f"{(' ' + str(all(r.pad_identical for r in rs))[0]) if pad else ''}  "
+                         f"{(' ' + str(all(r.pad_identical for r in rs))[0]) if pad else ''}"
+                         f"{(' ' + format(str(not any(r.reads for r in rs)), '>5')) if emulate else ''}  "
                          f"{'PASS' if all(r.ok for r in rs) else 'FAIL'}")
+                    for why in sorted({r.reads for r in rs if r.reads}):
+                        echo(f"    weight reads: {why}")
     bad = [r for r in results if not r.ok]
     echo(f"selftest: {len(results) - len(bad)}/{len(results)} cases pass")
     return results

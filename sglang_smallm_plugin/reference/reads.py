@@ -47,3 +47,27 @@ def row_end_vectors(w: torch.Tensor, kbytes: int, shuffled: bool, granule: int =
     m = torch.zeros(w.shape[1], w.shape[2], dtype=torch.bool)
     m[:, kbytes - 16:kbytes] = True
     return _stored(m, shuffled, granule)
+
+
+def check_weight_reads(w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, inter: int, shuffled: bool,
+                       counts13: torch.Tensor, counts2: torch.Tensor, untracked: int, granule: int = 16):
+    """Counted weight loads (bytes per `granule` of w13 and w2, flat, and the bytes loaded outside both) against
+    the byte model. Returns (None or what differs, bytes loaded again at rows' last vectors): every byte of the
+    mask read, exactly once, nothing else; the one allowance is a row's last vector of w13 loaded again (a
+    HIP kernel's lanes past the row's end)."""
+    E = w13.shape[0]
+    c13, c2 = counts13.view(E, -1), counts2.view(E, -1)
+    m13, m2 = weight_read_masks(w13, w2, topk_ids, inter, shuffled, granule)
+    ends = row_end_vectors(w13, w13.shape[2], shuffled, granule)[None, :].expand_as(m13)
+    extra = int((c13[m13 & ends] - granule).sum())
+    if untracked:
+        return f"{untracked} weight bytes loaded outside w13 and w2", extra
+    for name, c, m in (("w13", c13, m13), ("w2", c2, m2)):
+        if not torch.equal(c > 0, m):
+            return (f"{name}: {int((m & (c == 0)).sum())} granules of touched experts' rows not read, "
+                    f"{int((~m & (c > 0)).sum())} read outside them (untouched experts or padding)"), extra
+    if not bool((c13[m13 & ~ends] == granule).all()) or not bool((c2[m2] == granule).all()):
+        return "weights read more than once", extra
+    if int(c13[m13 & ends].min()) < granule:
+        return "a row's last vector read in part", extra
+    return None, extra
