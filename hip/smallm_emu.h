@@ -9,8 +9,10 @@
 //     each with its
 //     own stack (its registers); a wave is 64 consecutive threads. Lanes run in order until they wait
 //     (block barrier, a cross-lane operation, s_sleep), so code that needed a wave to run in lock step
-//     without saying so would read stale data here. Every block of a launch runs at once (one OS thread
-//     each), as every block of the package's grids is resident on a GPU; `__shared__` is thread_local.
+//     without saying so would read stale data here. Blocks run on resident_blocks() OS threads (2 per
+//     compute unit), dispatched in index order as a GPU refills its compute units; `__shared__` is
+//     thread_local, so a block finds what the block before it on that thread left, and the dynamic
+//     shared memory filled with NaN bytes.
 //   * the AMDGPU builtins the kernels call: cross-lane (ds_bpermute, ballot, readlane, mbcnt), ids,
 //     barriers, fences, sleep, atomics (the __hip_atomic_* builtins on the host's __atomic_*), and the
 //     gfx950 conversions and dot product, from the ISA's description: v_cvt_scalef32_pk_{bf16,f32}_{fp8,fp4}
@@ -313,8 +315,11 @@ inline bool runnable(const Block* b, int t) {
   }
 }
 
+inline void poison_dynamic_smem();  // below, after the dynamic shared memory it fills
+
 // Runs block `id` to completion (or until the launch fails) on this OS thread.
 inline void run_block(int id, int nthreads, std::function<void()>* body) {
+  poison_dynamic_smem();  // a block finds its LDS as a GPU leaves it: not zeroed (here NaN bytes), not its own
   Block b;
   b.id = id;
   b.nthreads = nthreads;
@@ -377,8 +382,15 @@ inline int cus() {
   return n > 0 ? n : 4;
 }
 
-// A kernel launch: every block at once, each on its own OS thread; returns when all have finished.
-// 0 on success, 1 when a block failed (emu_last_error() says why), 2 for a launch no GPU would take.
+// How many blocks are resident at once: SMALLM_EMU_CUS compute units of kBlocksPerCu (what the occupancy query
+// answers, and what the block kernel sizes its grid to).
+inline int resident_blocks() { return cus() * kBlocksPerCu; }
+
+// A kernel launch: blocks dispatched in order of their index (last to first with SMALLM_EMU_ORDER=reverse) onto
+// resident_blocks() OS threads, each running one block to its end before taking the next, as a GPU's
+// dispatcher refills a compute unit; a kernel whose blocks wait on blocks not yet dispatched hangs here as on
+// a GPU (reported at SMALLM_EMU_TIMEOUT_S). Returns when all have finished: 0 on success, 1 when a block
+// failed (emu_last_error() says why), 2 for a launch no GPU would take.
 template <class... Params, class... Args>
 int launch(void (*kernel)(Params...), int grid, int threads, int smem, Args... args) {
   if (grid < 1 || threads < 1 || threads > 1024 || smem > kDynamicSmemBytes) {
@@ -391,11 +403,17 @@ int launch(void (*kernel)(Params...), int grid, int threads, int smem, Args... a
   const char* to = getenv("SMALLM_EMU_TIMEOUT_S");
   deadline() = std::chrono::steady_clock::now() + std::chrono::seconds(to ? atoi(to) : 600);
   std::function<void()> body = [=] { kernel(args...); };
-  std::vector<std::thread> blocks;
-  blocks.reserve(grid);
-  for (int id = 0; id < grid; ++id)
-    blocks.emplace_back([&body, id, threads] { run_block(id, threads, &body); });
-  for (auto& t : blocks) t.join();
+  std::atomic<int> next{0};
+  const bool reverse = reverse_order();
+  std::vector<std::thread> slots;
+  const int n = std::min(grid, resident_blocks());
+  slots.reserve(n);
+  for (int w = 0; w < n; ++w)
+    slots.emplace_back([&body, &next, grid, threads, reverse] {
+      for (int i = next.fetch_add(1); i < grid && !failed().load(); i = next.fetch_add(1))
+        run_block(reverse ? grid - 1 - i : i, threads, &body);
+    });
+  for (auto& t : slots) t.join();
   return failed().load() ? 1 : 0;
 }
 
@@ -550,3 +568,4 @@ inline hipError_t hipGetLastError() { return hipSuccess; }
 namespace smallm {
 alignas(16) inline thread_local float dsm[smallm_emu::kDynamicSmemBytes / 4];
 }
+inline void smallm_emu::poison_dynamic_smem() { memset(smallm::dsm, 0xff, sizeof(smallm::dsm)); }

@@ -7,7 +7,9 @@
 #include "smallm_launch.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
+#include <atomic>
 #include <vector>
 
 namespace {
@@ -70,6 +72,28 @@ __global__ void blocks_kernel(unsigned* flag) {
   }
 }
 
+// Each block counts itself in while it runs (thread 0), lingers, and records the most blocks seen running at once.
+std::atomic<int> g_running{0}, g_most{0}, g_ran{0};
+__global__ void residency_kernel() {
+  if (smallm::thread_id() == 0) {
+    const int now = ++g_running;
+    for (int m = g_most.load(); now > m && !g_most.compare_exchange_weak(m, now);) {
+    }
+    for (int i = 0; i < 20; ++i) smallm::pause();
+    ++g_ran;
+    --g_running;
+  }
+}
+
+// Every block waits for the grid's last block, which is never dispatched when the grid exceeds the resident
+// blocks (the resident ones never end): a hang on a GPU, reported here at SMALLM_EMU_TIMEOUT_S.
+__global__ void waits_on_last_kernel(unsigned* flag, int grid) {
+  if (smallm::thread_id() != 0) return;
+  if (smallm::block_id() == grid - 1) smallm::signal_add(flag, 1u);
+  else
+    while (smallm::load_acquire(flag) == 0) smallm::pause();
+}
+
 int failures = 0;
 void expect(bool ok, const char* what) {
   printf("%s %s\n", ok ? "ok" : "FAIL", what);
@@ -77,6 +101,15 @@ void expect(bool ok, const char* what) {
 }
 
 }  // namespace
+
+// Each thread reads its word of dynamic shared memory before anything writes it: what the block finds.
+namespace smallm {  // where the kernels declare their dynamic shared memory
+__global__ void fresh_smem_kernel() {
+  extern __shared__ float dsm[];
+  g_out[smallm::block_id() * 256 + smallm::thread_id()] = (int)__builtin_bit_cast(uint32_t, dsm[smallm::thread_id()]);
+  dsm[smallm::thread_id()] = 1.0f;  // what a next block on the same compute unit must not find
+}
+}  // namespace smallm
 
 int main() {
   using smallm::LaunchOrder;
@@ -124,7 +157,26 @@ int main() {
     std::fill(out.begin(), out.end(), -1);
     unsigned flag = 0;
     const int rc = smallm::launch_kernel(blocks_kernel, 2, 64, 0, nullptr, LaunchOrder::kStream, &flag);
-    expect(rc == 0 && out[1] == 43, "a block waits on another block's release (all blocks run at once)");
+    expect(rc == 0 && out[1] == 43, "a block waits on another resident block's release");
+  }
+  {
+    const int rc = smallm::launch_kernel(residency_kernel, 40, 64, 0, nullptr, LaunchOrder::kStream);
+    expect(rc == 0 && g_ran.load() == 40 && g_most.load() >= 2 && g_most.load() <= smallm_emu::resident_blocks(),
+           "a grid larger than the resident blocks runs them a few at a time, every block once");
+  }
+  {
+    std::fill(out.begin(), out.end(), 0);
+    const int rc = smallm::launch_kernel(smallm::fresh_smem_kernel, 4, 256, 4096, nullptr, LaunchOrder::kStream);
+    bool ok = rc == 0;
+    for (int i = 0; i < 4 * 256; ++i) ok = ok && out[i] == -1;
+    expect(ok, "a block finds its dynamic shared memory filled with NaN bytes, not zeros or a block's before it");
+  }
+  if (getenv("SMALLM_SELFCHECK_UNDISPATCHED")) {  // run by the test in a process with a short timeout
+    unsigned flag = 0;
+    const int grid = 4 * smallm_emu::resident_blocks();
+    const int rc = smallm::launch_kernel(waits_on_last_kernel, grid, 64, 0, nullptr, LaunchOrder::kStream, &flag, grid);
+    expect(rc == 1 && smallm_emu::last_error().find("SMALLM_EMU_TIMEOUT_S") != std::string::npos,
+           "a block waiting on a block not yet dispatched hangs, reported at the timeout");
   }
   expect(smallm::launch_kernel(barrier_kernel, 1, 256, 200 * 1024, nullptr, LaunchOrder::kStream) == 2,
          "a launch past the LDS of a block is refused");
