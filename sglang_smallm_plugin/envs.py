@@ -155,11 +155,13 @@ EMULATE = Switch("SGLANG_SMALLM_EMULATE", "0",
                  "SGLang's layer on CPU tensors runs the calls gfx950's gate admits through the kernels' gfx950 code "
                  "(very slow; never on a GPU)", accepts=BOOL)
 EMU_CUS = Switch("SMALLM_EMU_CUS", "4",
-                 "the emulated gfx950's compute units (2 blocks each), which size the kernels' grids there "
-                 "(`selftest --emulate`); the outputs do not depend on it", accepts=COUNT)
+                 "the emulated gfx950's compute units (2 resident blocks each, the rest dispatched as blocks end), "
+                 "which size the kernels' grids there (`selftest --emulate`); the outputs do not depend on it",
+                 accepts=COUNT)
 EMU_ORDER = Switch("SMALLM_EMU_ORDER", "forward",
-                   "the order in which the emulation resumes a block's threads between barriers: `reverse` runs the "
-                   "last wave and lane first (outputs must not change; a missing barrier between waves would show)",
+                   "the order in which the emulation resumes a block's threads between barriers and dispatches blocks: "
+                   "`reverse` runs the last wave and lane first and dispatches the last block first (outputs must not "
+                   "change; a missing barrier between waves, or a block waiting on a later one, would show)",
                    accepts=("", "forward", "reverse"))
 EMU_TIMEOUT_S = Switch("SMALLM_EMU_TIMEOUT_S", "600",
                        "seconds an emulated launch may run before it is failed (a lane spinning for good)", accepts=COUNT)
