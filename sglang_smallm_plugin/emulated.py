@@ -162,7 +162,7 @@ def load(verbose: bool = False, fault: Optional[int] = None):
 
 def describe() -> str:
     """One line for the tools' headers: what runs, on what."""
-    return (f"the gfx950 build emulated on this CPU ({envs.EMU_CUS.get().strip() or 4} CUs, wave64; "
+    return (f"the gfx950 build emulated on this CPU ({envs.EMU_CUS.get().strip() or 4} CUs of 2 resident blocks, wave64; "
             "hip/smallm_emu.h: the kernels' own code, the gfx950 conversions as the ISA describes them; "
             "not the silicon, no timing)")
 
