@@ -17,7 +17,7 @@ stamp sglang-env
 sglang_env || { pack; exit 12; }
 for fmt in ${FORMATS:-fp8_block128}; do
   stamp "layer-check $fmt"
-  tokens=1,2,3,8,63,64  # each format's H200 cap at the default shape (I = 128, top-11) and one more
+  tokens=1,2,3,8,59,60  # the H200 cap at the default shape (I = 128, top-11; 63 until 2026-12-05) and one more
   (cd /tmp && SMALLM_CHECK_FORMAT=$fmt SMALLM_CHECK_TOKENS=${SMALLM_CHECK_TOKENS:-$tokens} \
     PYTHONPATH=$SG_PATH timeout --foreground 400 python3 "$R/examples/gpu_sglang_layer_check.py" \
     > "$OUT/layer_check_$fmt.log" 2>&1; echo "rc=$?" >> "$OUT/layer_check_$fmt.log")

@@ -14,7 +14,9 @@ four jobs on two machines: faster to 33 in every job, 0.4 % slower at 34 in one,
 from 39; its lower counts stand from "h200-s43"/"h200-s44". Above a cap the jobs may disagree (the cap stops
 before the first count that any job found slower); at and below it they may not. "h200-s47" runs 5-6 timed
 Qwen3.5 TP8 and D = 2048, I = 128 (top-10) at 48-69 and 41-69: faster to 63 and 60, slower at 64; "h200-s48"
-run 1 (the same kernels, another machine) TP8 at 56-64: faster to 63 again (0.6 % at 63), 0.1 % slower at 64."""
+run 1 (the same kernels, another machine) TP8 at 56-64: faster to 63 again (0.6 % at 63), 0.1 % slower at 64.
+"h200-s53" (a third machine, 2026-12-05, the kernels since) timed Qwen3.5 TP4 at 1-40 and TP8 at 1-64: TP4 faster
+to 30 and slower at 31-33, TP8 faster to 59 and slower at 60 and 63; the two caps follow it (30 and 59)."""
 
 import csv
 import json
@@ -32,7 +34,10 @@ SESSIONS = (("h200-s43", ("h200-s43/run2", "h200-s43/run3", "h200-s43/run4")),
             ("h200-s46", ("h200-s46/run1", "h200-s46/run2")),
             # "h200-s48" changed no kernel: its run 1 (TP8 at 56-64, another machine) joins "h200-s47"'s runs
             ("h200-s47", ("h200-s47/run1", "h200-s47/run2", "h200-s47/run3", "h200-s47/run4", "h200-s47/run5",
-                          "h200-s47/run6", "h200-s48/run1")))
+                          "h200-s47/run6", "h200-s48/run1")),
+            # the kernels of 2026-12-04's last change (MoeArgs::Iw, the one-team settle: 1 token only), a third
+            # machine: `bench --write-caps` (run 3, Qwen3.5 TP4; run3b, TP8) and the fallback column near the caps (run 5)
+            ("h200-s53", ("h200-s53/run3", "h200-s53/run3b", "h200-s53/run5")))
 # "h200-s47" run 7 is not read: its first job's timeout left that bench running into the second job's, so its
 # D = 2048 rows at 41-44 (and the first job's fallback past 60) were timed beside another bench.
 # shapes whose H200 cap those runs set (gate.CAPS: "vs SGLang's layer measured 2026-12-04")
@@ -77,6 +82,8 @@ def test_the_runs_are_there():
     assert set(range(20, 27)) <= set(TIMED["D2048-E513-K10-I256-S1"])  # "h200-s46" runs 1-2
     assert set(range(28, 41)) <= set(TIMED["qwen35-tp4"])  # "h200-s47" runs 1-4
     assert {56, 60, 63, 64} <= set(TIMED["qwen35-tp8"]) and len(TIMED["qwen35-tp8"][63]) == 2 and {41, 56, 60, 64} <= set(TIMED["D2048-E513-K10-I128-S1"])
+    assert {29, 30, 31, 33} <= set(TIMED["qwen35-tp4"]) and len(TIMED["qwen35-tp4"][32]) == 2  # "h200-s53" runs 3, 5
+    assert {57, 59, 61} <= set(TIMED["qwen35-tp8"])
 
 
 @pytest.mark.parametrize("name", sorted(TIMED))
@@ -92,7 +99,7 @@ def test_cap_sends_the_kernel_only_where_it_was_faster(name):
 def test_caps_set_here_stop_where_the_faster_run_ends(name):
     shape = shape_by_name(name)
     cap, source = gate.token_cap("sm_90", "fp8_block128", shape.inter, shape.slots, shape.hidden)
-    assert "SGLang's layer measured 2026-12-04" in source, source
+    assert "SGLang's layer measured 2026-12-04" in source, source  # Qwen3.5's: "... 2026-12-04 and 2026-12-05"
     last = 0
     for t, pairs in sorted(TIMED[name].items()):
         if not all(k < f for k, f in pairs):

@@ -178,7 +178,7 @@ def test_max_tokens_refuses_what_it_does_not_take(monkeypatch, value):
     monkeypatch.setenv("SGLANG_SMALLM_MAX_TOKENS", value)
     with pytest.raises(ValueError, match="SGLANG_SMALLM_MAX_TOKENS=.* is not a value it takes"):
         envs.check()
-    assert gate.token_cap("sm_90", "fp8_block128", 256, 11, 4096)[0] == 33
+    assert gate.token_cap("sm_90", "fp8_block128", 256, 11, 4096)[0] == 30
 
 
 def test_mi355x_default_caps():
@@ -186,18 +186,19 @@ def test_mi355x_default_caps():
     assert gate.token_cap("gfx950", "fp8_block128", 128, 11)[0] == 48
     assert gate.token_cap("gfx950", "mxfp4", 256, 11)[0] == 40
     assert gate.token_cap("gfx942", "fp8_block128", 256, 11)[0] == 0
-    # H200: split calls, faster than SGLang's layer to 33 at top-11 ("h200-s47" runs 1-4), level at 34
+    # H200: split calls, faster than SGLang's layer to 33 at top-11 on two machines ("h200-s47" runs 1-4), to 30
+    # on a third ("h200-s53" runs 3 and 5: 3-4 % slower at 31-33)
     cap, source = gate.token_cap("sm_90", "fp8_block128", 256, 11, 4096)
-    assert cap == 33 and "top-11" in source and "at 34" in source
-    assert gate.token_cap("sm_90", "fp8_block128", 256, 8, 4096)[0] == 33
+    assert cap == 30 and "top-11" in source and "at 31-33" in source and "three machines" in source
+    assert gate.token_cap("sm_90", "fp8_block128", 256, 8, 4096)[0] == 30
     # more slots split sooner and were not measured past 20: the peer's 28 of before
     assert gate.token_cap("sm_90", "fp8_block128", 256, 16, 4096)[0] == 28
     cap, source = gate.token_cap("sm_90", "fp8_block128", 256, 11, 8192)
     assert cap == 20 and "measured at D=4096 only" in source
     assert gate.token_cap("sm_90", "fp8_block128", 256, 11)[0] == 20  # hidden size not given
-    # split calls, faster than SGLang's layer to 63 at top-11 ("h200-s47" runs 5-6; 48 before, the peer's 40
-    # before that); more slots keep 48
-    assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 4096)[0] == 63
+    # split calls, faster than SGLang's layer to 63 at top-11 on two machines ("h200-s47" runs 5-6), to 59 on a
+    # third ("h200-s53": 1.5-1.8 % slower at 60 and 63; 48 before, the peer's 40 before that); more slots keep 48
+    assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 4096)[0] == 59
     assert gate.token_cap("sm_90", "fp8_block128", 128, 12, 4096)[0] == 48
     # D <= 2048 against SGLang's layer ("h200-s43", "h200-s44" runs 2-3): the kernel is further from its floor there
     assert gate.token_cap("sm_90", "fp8_block128", 128, 10, 2048)[0] == 60  # top-10, "h200-s47" runs 5-6
@@ -207,7 +208,7 @@ def test_mi355x_default_caps():
     assert gate.token_cap("sm_90", "fp8_block128", 512, 10, 2048)[0] == 1
     assert gate.token_cap("sm_90", "fp8_block128", 384, 10, 2048)[0] == 12  # its own row since "h200-s44" run 3
     assert gate.token_cap("sm_90", "fp8_block128", 128, 10, 1024)[0] == 60
-    assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 3072)[0] == 63  # D=4096's rows above 2048
+    assert gate.token_cap("sm_90", "fp8_block128", 128, 11, 3072)[0] == 59  # D=4096's rows above 2048
     # the split was measured at D=4096 only: wider (or unknown) hidden sizes keep the cap measured before it
     cap, source = gate.token_cap("sm_90", "fp8_block128", 128, 11, 8192)
     assert cap == 20 and "measured at D=4096 only" in source
@@ -248,8 +249,8 @@ def test_selftest_tokens_include_the_device_cap():
     from sglang_smallm_plugin.shapes import SHAPES
 
     tp4, tp8 = SHAPES["qwen35-tp4"], SHAPES["qwen35-tp8"]
-    assert selftest.default_tokens(tp4, "fp8_block128", "sm_90") == [1, 3, 8, 33]
-    assert selftest.default_tokens(tp8, "fp8_block128", "sm_90") == [1, 3, 8, 63]
+    assert selftest.default_tokens(tp4, "fp8_block128", "sm_90") == [1, 3, 8, 30]
+    assert selftest.default_tokens(tp8, "fp8_block128", "sm_90") == [1, 3, 8, 59]
     assert selftest.default_tokens(tp4, "fp8_block128", "gfx950") == [1, 3, 8, 20]
     assert selftest.default_tokens(tp8, "mxfp4", "gfx950") == [1, 3, 8, 40]
     assert selftest.default_tokens(SHAPES["minimax-m3"], "fp8_block128", "sm_90") == [1, 3, 8, 48]  # cap 0: unmeasured

@@ -275,4 +275,4 @@ def test_doctor_on_a_gpu_of_another_arch_says_the_file_is_not_usable(tmp_path, m
     cli.main(["doctor", "--tokens", "1"])
     out = capsys.readouterr().out
     assert "(NOT USABLE HERE: measured on gfx950, this device is sm_90; the server refuses it)" in out
-    assert "token cap                    33 (H200 vs SGLang's layer" in out  # the built-in cap decides the table
+    assert "token cap                    30 (H200 vs SGLang's layer" in out  # the built-in cap decides the table
