@@ -244,6 +244,21 @@ def weight_reads(ops, run, tensors, granule: int = 16):
     return counts, untracked
 
 
+def run_checking_reads(ops, call, out=None):
+    """Run the MoE `call` once on the emulation (into `out`, as kernels.run_moe), its weight loads counted and
+    checked against the byte model: (None or what differs, bytes loaded again at rows' last vectors), as
+    reference/reads.py check_weight_reads."""
+    import torch
+
+    from . import kernels
+    from .calls import SHUFFLE16
+    from .reference.reads import check_weight_reads
+
+    w13, w2 = call.w13.view(torch.uint8), call.w2.view(torch.uint8)
+    (c13, c2), untracked = weight_reads(ops, lambda: kernels.run_moe(call, out=out, ops=ops), [w13, w2])
+    return check_weight_reads(w13, w2, call.topk_ids, call.inter, call.layout == SHUFFLE16, c13, c2, untracked)
+
+
 def _counts_for(t, granule: int):
     import torch
 

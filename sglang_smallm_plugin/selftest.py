@@ -75,14 +75,11 @@ def check_case(shape, weight_format, layout, tokens, seed, device, weights=None,
     again = torch.full_like(call.x, float("nan"))
     reads = None
     if ops is None:
-        kernels.run_moe(call, out=again, ops=ops)
+        kernels.run_moe(call, out=again)
     else:  # the emulation counts the second launch's weight loads: the byte model (reference/reads.py)
         from . import emulated
-        from .reference.reads import check_weight_reads
 
-        w13, w2 = call.w13.view(torch.uint8), call.w2.view(torch.uint8)
-        (c13, c2), untracked = emulated.weight_reads(ops, lambda: kernels.run_moe(call, out=again, ops=ops), [w13, w2])
-        reads = check_weight_reads(w13, w2, call.topk_ids, call.inter, layout == SHUFFLE16, c13, c2, untracked)[0] or ""
+        reads = emulated.run_checking_reads(ops, call, out=again)[0] or ""
     graph_identical = None
     if ops is None:  # CUDA graph capture + replay into a poisoned buffer
         gout = torch.full_like(call.x, float("nan"))

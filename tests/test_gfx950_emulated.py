@@ -177,9 +177,8 @@ def test_grid_size_thread_order_and_variant5(tmp_path):
 
 
 _READS_SCRIPT = r"""
-import dataclasses, json, sys, torch
-from sglang_smallm_plugin import emulated, kernels
-from sglang_smallm_plugin.reference.reads import check_weight_reads
+import dataclasses, json, sys
+from sglang_smallm_plugin import emulated
 from sglang_smallm_plugin.shapes import shape_by_name
 from sglang_smallm_plugin.testdata import make_call, make_padded_weights, make_weights
 ops, rows = emulated.load(), []
@@ -188,10 +187,7 @@ for spec, fmt, layout, tokens, pad in json.loads(sys.argv[1]):
     w = (make_padded_weights(shape, fmt, layout, 3, "cpu", pad) if pad else make_weights(shape, fmt, layout, 3, "cpu"))
     for T in tokens:
         call = dataclasses.replace(make_call(shape, fmt, layout, T, 3, "cpu", weights=w), inter_pad=pad)
-        w13, w2 = call.w13.view(torch.uint8), call.w2.view(torch.uint8)
-        (c13, c2), untracked = emulated.weight_reads(ops, lambda: kernels.run_moe(call, ops=ops), [w13, w2])
-        problem, extra = check_weight_reads(w13, w2, call.topk_ids, call.inter, layout == "shuffle16x16", c13, c2,
-                                            untracked)
+        problem, extra = emulated.run_checking_reads(ops, call)
         rows.append(dict(case=f"{spec} {fmt} {layout} pad={pad} T={T}", problem=problem, row_end_extra_bytes=extra))
 print(json.dumps(rows))
 """

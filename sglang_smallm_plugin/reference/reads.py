@@ -40,12 +40,11 @@ def weight_read_masks(w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tenso
             touched[:, None] & _stored(e2, shuffled, granule)[None, :])
 
 
-def row_end_vectors(w: torch.Tensor, kbytes: int, shuffled: bool, granule: int = 16) -> torch.Tensor:
+def row_end_vectors(w: torch.Tensor, shuffled: bool, granule: int = 16) -> torch.Tensor:
     """Per `granule` bytes of one expert's stored [N, Kb] slab of `w` [E, N, Kb] (flat): whether it is a row's last
-    16-byte vector of its first `kbytes` (the one a HIP kernel loads again for lanes past the row's end, whose
-    values it does not use)."""
+    16-byte vector (the one a HIP kernel loads again for lanes past the row's end, whose values it does not use)."""
     m = torch.zeros(w.shape[1], w.shape[2], dtype=torch.bool)
-    m[:, kbytes - 16:kbytes] = True
+    m[:, -16:] = True
     return _stored(m, shuffled, granule)
 
 
@@ -58,7 +57,7 @@ def check_weight_reads(w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tens
     E = w13.shape[0]
     c13, c2 = counts13.view(E, -1), counts2.view(E, -1)
     m13, m2 = weight_read_masks(w13, w2, topk_ids, inter, shuffled, granule)
-    ends = row_end_vectors(w13, w13.shape[2], shuffled, granule)[None, :].expand_as(m13)
+    ends = row_end_vectors(w13, shuffled, granule)[None, :].expand_as(m13)
     extra = int((c13[m13 & ends] - granule).sum())
     if untracked:
         return f"{untracked} weight bytes loaded outside w13 and w2", extra
