@@ -375,3 +375,24 @@ def decision_table(arch: str, weight_format: str, hidden: int, inter: int, exper
         ok, reason = evaluate(call, arch)
         rows.append((t, ok, reason))
     return rows
+
+
+_ARCH_NAMES = {"gfx950": "MI355X (gfx950)", "sm_90": "H200 (sm_90)"}
+
+
+def _bound(value: Optional[int], what: str) -> str:
+    return f"{what} <= {value}" if value is not None else f"any {what}"
+
+
+def caps_markdown_table(caps: Sequence[Cap] = CAPS) -> str:
+    """The README's table of built-in token caps (between its `caps` markers; tests/test_readme.py keeps them
+    equal), row by row in the order the gate reads them: the first row that matches a call's shape gives its cap."""
+    rows = ["| device | format | I (per rank) | D | slots | cap (tokens) | why |", "|---|---|---|---|---|---|---|"]
+    for c in caps:
+        rows.append(f"| {_ARCH_NAMES.get(c.arch, c.arch)} | {c.weight_format} | {_bound(c.inter_max, 'I')} | "
+                    f"{_bound(c.hidden_max, 'D')} | {_bound(c.slots_max, 'K')} | {c.tokens} | {c.source} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # python -m sglang_smallm_plugin.gate prints the README's table of built-in caps
+    print(caps_markdown_table())

@@ -1,4 +1,5 @@
-"""README.md states what the code does: its table of switches is the one envs.py defines."""
+"""README.md states what the code does: its table of switches is the one envs.py defines, its table of built-in
+token caps the one gate.CAPS holds."""
 
 import pathlib
 import re
@@ -30,3 +31,24 @@ def test_switch_table_names_every_switch_once():
     # a switch missing from envs.ALL would be missing from the table too: every Switch in the module is in ALL
     defined = [v for v in vars(envs).values() if isinstance(v, envs.Switch)]
     assert set(defined) == set(envs.ALL)
+
+
+def test_readme_caps_table_is_gate_caps():
+    from sglang_smallm_plugin import gate
+
+    text = README.read_text()
+    m = re.search(r"<!-- caps:begin -->\n(.*?)\n<!-- caps:end -->", text, re.S)
+    assert m, "README.md lost its caps markers"
+    assert m.group(1) == gate.caps_markdown_table(), (
+        "README's table of built-in token caps differs from gate.CAPS: paste the output of "
+        "`python -m sglang_smallm_plugin.gate` between its caps markers")
+
+
+def test_caps_table_has_a_row_per_cap_in_the_gates_order():
+    from sglang_smallm_plugin import gate
+
+    rows = gate.caps_markdown_table().splitlines()[2:]
+    assert len(rows) == len(gate.CAPS)
+    for row, cap in zip(rows, gate.CAPS):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1] == cap.weight_format and cells[5] == str(cap.tokens) and cells[6] == cap.source
