@@ -662,4 +662,112 @@ SMALLM_DEV void decode_pair_fp4(const Vec16& w, float& lo, float& hi) {
 #endif
 }
 
+// ---------------------------------------------------------------- the down's dot (block kernel, phase 2)
+#if defined(__gfx950__)
+typedef float f32x2_t __attribute__((ext_vector_type(2)));
+// Two fp32 FMAs in one instruction (v_pk_fma_f32). The CPU emulation (a host clang that may lack the
+// elementwise builtin) does the two lanes one by one: the same IEEE fma each.
+SMALLM_DEV f32x2_t pk_fma(f32x2_t a, f32x2_t b, f32x2_t c) {
+#if defined(SMALLM_EMU)
+  return f32x2_t{ffma(a.x, b.x, c.x), ffma(a.y, b.y, c.y)};
+#else
+  return __builtin_elementwise_fma(a, b, c);
+#endif
+}
+#endif
+
+// Dot of one 16-byte weight vector (N values: 16 e4m3 or 32 e2m1) with N fp32 values of h (8-byte
+// aligned). gfx950: each converted pair of values goes on one packed FMA, the even and the odd values
+// summed apart and added at the end (half the FMA instructions of one chain). Elsewhere one fp32 FMA
+// chain, the pair's high value first.
+template <int N, class DecodePair>
+SMALLM_DEV float dot_vec_f32(const Vec16& w, const float* h, DecodePair decode) {
+#if defined(__gfx950__)
+  f32x2_t acc = {0.0f, 0.0f};
+  auto step = [&](auto P) {
+    acc = pk_fma(decode(w, P), *reinterpret_cast<const f32x2_t*>(h + 2 * decltype(P)::value), acc);
+  };
+  StaticFor<0, N / 2>::run(step);
+  return acc.x + acc.y;
+#else
+  float part = 0.0f;
+  auto step = [&](auto P) {
+    float lo, hi;
+    decode(w, P, lo, hi);
+    const float2 h2 = *reinterpret_cast<const float2*>(h + 2 * decltype(P)::value);
+    part = ffma(lo, h2.x, ffma(hi, h2.y, part));
+  };
+  StaticFor<0, N / 2>::run(step);
+  return part;
+#endif
+}
+
+#if defined(__gfx950__)
+struct DecodeFp8F32x2 {  // values 2P, 2P+1 as an fp32 pair, one conversion
+  template <class P>
+  SMALLM_DEV f32x2_t operator()(const Vec16& w, P) const {
+    constexpr int p = P::value;
+    return __builtin_amdgcn_cvt_scalef32_pk_f32_fp8(w.w[p / 2], 1.0f, (p % 2) == 1);
+  }
+};
+struct DecodeFp4F32x2 {
+  template <class P>
+  SMALLM_DEV f32x2_t operator()(const Vec16& w, P) const {
+    constexpr int p = P::value;
+    return __builtin_amdgcn_cvt_scalef32_pk_f32_fp4(w.w[p / 4], 1.0f, p % 4);
+  }
+};
+#else
+struct DecodeFp8F32x2 {
+  template <class P>
+  SMALLM_DEV void operator()(const Vec16& w, P, float& lo, float& hi) const { decode_pair_fp8<P::value>(w, lo, hi); }
+};
+struct DecodeFp4F32x2 {
+  template <class P>
+  SMALLM_DEV void operator()(const Vec16& w, P, float& lo, float& hi) const { decode_pair_fp4<P::value>(w, lo, hi); }
+};
+#endif
+
+// The same dot for two h vectors (two pairs of one expert), each value pair converted once for both; each
+// result equals dot_vec_f32's for its h bit for bit (the same operations in the same order).
+template <int N, class DecodePair>
+SMALLM_DEV void dot_vec_f32_x2(const Vec16& w, const float* h0, const float* h1, DecodePair decode, float& d0,
+                               float& d1) {
+#if defined(__gfx950__)
+  f32x2_t acc0 = {0.0f, 0.0f}, acc1 = {0.0f, 0.0f};
+  auto step = [&](auto P) {
+    constexpr int p = decltype(P)::value;
+    const f32x2_t wv = decode(w, P);
+    acc0 = pk_fma(wv, *reinterpret_cast<const f32x2_t*>(h0 + 2 * p), acc0);
+    acc1 = pk_fma(wv, *reinterpret_cast<const f32x2_t*>(h1 + 2 * p), acc1);
+  };
+  StaticFor<0, N / 2>::run(step);
+  d0 = acc0.x + acc0.y;
+  d1 = acc1.x + acc1.y;
+#else
+  float part0 = 0.0f, part1 = 0.0f;
+  auto step = [&](auto P) {
+    constexpr int p = decltype(P)::value;
+    float lo, hi;
+    decode(w, P, lo, hi);
+    const float2 a = *reinterpret_cast<const float2*>(h0 + 2 * p);
+    const float2 b = *reinterpret_cast<const float2*>(h1 + 2 * p);
+    part0 = ffma(lo, a.x, ffma(hi, a.y, part0));
+    part1 = ffma(lo, b.x, ffma(hi, b.y, part1));
+  };
+  StaticFor<0, N / 2>::run(step);
+  d0 = part0;
+  d1 = part1;
+#endif
+}
+
+SMALLM_DEV float dot16_fp8_f32(const Vec16& w, const float* h) { return dot_vec_f32<16>(w, h, DecodeFp8F32x2{}); }
+SMALLM_DEV float dot32_fp4_f32(const Vec16& w, const float* h) { return dot_vec_f32<32>(w, h, DecodeFp4F32x2{}); }
+SMALLM_DEV void dot16_fp8_f32_x2(const Vec16& w, const float* h0, const float* h1, float& d0, float& d1) {
+  dot_vec_f32_x2<16>(w, h0, h1, DecodeFp8F32x2{}, d0, d1);
+}
+SMALLM_DEV void dot32_fp4_f32_x2(const Vec16& w, const float* h0, const float* h1, float& d0, float& d1) {
+  dot_vec_f32_x2<32>(w, h0, h1, DecodeFp4F32x2{}, d0, d1);
+}
+
 }  // namespace smallm

@@ -35,6 +35,16 @@ constexpr int kV2 = 8;       // phase 2: at most 8 W2 vectors per thread, all lo
 constexpr int kStageBytes = kMC * kMaxInter * 4;  // shared staging: x slices (phase 1) or h (phase 2)
 constexpr int kWarps = kThreads / kWarp;
 
+// The block kernel's pair loops (phase 1's gate/up, phase 2's down) take an expert's pairs two at a time on
+// HIP: each weight vector is converted once for both pairs (on gfx950 the conversions are a third to a half of a
+// pair's vector instructions; docs/gfx950-isa-notes.md), each pair's sums in the same order as one at a time, so
+// the output is the same bit for bit. CUDA keeps one at a time (its block kernel serves few shapes; unmeasured).
+#if defined(SMALLM_HIP)
+constexpr bool kPairsByTwo = true;
+#else
+constexpr bool kPairsByTwo = false;
+#endif
+
 // Two resident blocks per SM / CU: registers capped at 128 (CUDA) / 256 (gfx950 wave64).
 #if defined(SMALLM_HIP)
 #if defined(__gfx950__)
@@ -68,6 +78,10 @@ struct Format<kFp8Block128> {
     return f[((size_t)e * nrb + row / 128) * nkb + (kvi * kElems) / 128];
   }
   SMALLM_DEV static float dot_bf16(const Vec16& w, const Vec16* x) { return dot16_fp8_bf16(w, x[0], x[1]); }
+  SMALLM_DEV static float dot_f32(const Vec16& w, const float* h) { return dot16_fp8_f32(w, h); }
+  SMALLM_DEV static void dot_f32_x2(const Vec16& w, const float* h0, const float* h1, float& d0, float& d1) {
+    dot16_fp8_f32_x2(w, h0, h1, d0, d1);
+  }
   template <int P>
   SMALLM_DEV static void pair(const Vec16& w, float& lo, float& hi) { decode_pair_fp8<P>(w, lo, hi); }
 };
@@ -110,6 +124,10 @@ struct Format<kMxfp4> {
     return e8m0_to_f32(scale_byte<Layout>(s, e, rows, kdim, row, kvi));
   }
   SMALLM_DEV static float dot_bf16(const Vec16& w, const Vec16* x) { return dot32_fp4_bf16(w, x); }
+  SMALLM_DEV static float dot_f32(const Vec16& w, const float* h) { return dot32_fp4_f32(w, h); }
+  SMALLM_DEV static void dot_f32_x2(const Vec16& w, const float* h0, const float* h1, float& d0, float& d1) {
+    dot32_fp4_f32_x2(w, h0, h1, d0, d1);
+  }
   template <int P>
   SMALLM_DEV static void pair(const Vec16& w, float& lo, float& hi) { decode_pair_fp4<P>(w, lo, hi); }
 };
@@ -515,8 +533,41 @@ SMALLM_DEV void phase1_item(const MoeArgs& a, const Geometry& G, const Routing& 
       copy_async_wait();
     }
     block_sync();
-    // One pair at a time (runtime loop): registers hold the 8 weight vectors, not kMC x 8 x-slices.
-    for (int m = 0; m < mc; ++m) {
+    // Pairs two at a time where kPairsByTwo (runtime loop): registers hold the 8 weight vectors, not
+    // kMC x 8 x-slices; opaque() keeps the converted weights from being hoisted out of the loop, and the two
+    // pairs of an iteration share them.
+    int m = 0;
+    if constexpr (kPairsByTwo) {
+      for (; m + 1 < mc; m += 2) {
+        float ag0 = 0.0f, au0 = 0.0f, ag1 = 0.0f, au1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kJ1; ++j) {
+          const int kl = c + 16 * j;
+          if (k0 + kl < G.nv1) {
+            opaque(L.v[j]);
+            opaque(L.v[kJ1 + j]);
+            const Vec16* xv0 = xs + m * slice_vecs + kl * kXv;
+            const Vec16* xv1 = xv0 + slice_vecs;
+            const float sg = phase1_scale_value<Fmt>(L.s[j]), su = phase1_scale_value<Fmt>(L.s[kJ1 + j]);
+            ag0 = ffma(sg, F::dot_bf16(L.v[j], xv0), ag0);
+            ag1 = ffma(sg, F::dot_bf16(L.v[j], xv1), ag1);
+            au0 = ffma(su, F::dot_bf16(L.v[kJ1 + j], xv0), au0);
+            au1 = ffma(su, F::dot_bf16(L.v[kJ1 + j], xv1), au1);
+          }
+        }
+        ag0 = warp_row_sum(ag0);
+        au0 = warp_row_sum(au0);
+        ag1 = warp_row_sum(ag1);
+        au1 = warp_row_sum(au1);
+        if (lane_id() < 16) {
+          red[w][0][m][r] = ag0;
+          red[w][1][m][r] = au0;
+          red[w][0][m + 1][r] = ag1;
+          red[w][1][m + 1][r] = au1;
+        }
+      }
+    }
+    for (; m < mc; ++m) {
       float ag = 0.0f, au = 0.0f;
 #pragma unroll
       for (int j = 0; j < kJ1; ++j) {
@@ -593,9 +644,37 @@ SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, FusedRouting& R
       hs[m * kMaxInter + k] = silu(gs) * us;
     }
     block_sync();
-    // One pair at a time (runtime loop); opaque() stops the compiler from hoisting the decoded
-    // weights (8 vectors x 16/32 floats) out of it, so registers hold only the raw vectors.
-    for (int m = 0; m < mc; ++m) {
+    // Pairs two at a time where kPairsByTwo, else one (runtime loop); opaque() stops the compiler from
+    // hoisting the decoded weights (8 vectors x 16/32 floats) out of it, so registers hold only the raw
+    // vectors; the two pairs of an iteration share each vector's decode.
+    int m = 0;
+    if constexpr (kPairsByTwo) {
+      for (; m + 1 < mc; m += 2) {
+        float acc0 = 0.0f, acc1 = 0.0f;
+        const float* hm0 = hs + m * kMaxInter;
+        const float* hm1 = hm0 + kMaxInter;
+#pragma unroll
+        for (int j = 0; j < kV2; ++j) {
+          const int kvi = kp + G.tpr * j;
+          if (live && j < G.vpt && kvi < G.nv2) {
+            opaque(L.v[j]);
+            float d0, d1;
+            F::dot_f32_x2(L.v[j], hm0 + kvi * F::kElems, hm1 + kvi * F::kElems, d0, d1);
+            acc0 = ffma(L.s[j], d0, acc0);
+            acc1 = ffma(L.s[j], d1, acc1);
+          }
+        }
+        for (int o = 1; o < G.tpr; o <<= 1) {
+          acc0 += shfl_xor(acc0, o);
+          acc1 += shfl_xor(acc1, o);
+        }
+        if (live && kp == 0) {
+          a.y[(size_t)R.plist[beg + m0 + m] * a.D + row] = acc0;
+          a.y[(size_t)R.plist[beg + m0 + m + 1] * a.D + row] = acc1;
+        }
+      }
+    }
+    for (; m < mc; ++m) {
       float acc = 0.0f;
       const float* hm = hs + m * kMaxInter;
 #pragma unroll
@@ -603,17 +682,7 @@ SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, FusedRouting& R
         const int kvi = kp + G.tpr * j;
         if (live && j < G.vpt && kvi < G.nv2) {
           opaque(L.v[j]);
-          const float* hv = hm + kvi * F::kElems;
-          float part = 0.0f;
-          auto step = [&](auto P) {
-            constexpr int p = decltype(P)::value;
-            float lo, hi;
-            F::template pair<p>(L.v[j], lo, hi);
-            const float2 h2 = *reinterpret_cast<const float2*>(hv + 2 * p);
-            part = ffma(lo, h2.x, ffma(hi, h2.y, part));
-          };
-          StaticFor<0, F::kElems / 2>::run(step);
-          acc = ffma(L.s[j], part, acc);
+          acc = ffma(L.s[j], F::dot_f32(L.v[j], hm + kvi * F::kElems), acc);
         }
       }
       for (int o = 1; o < G.tpr; o <<= 1) acc += shfl_xor(acc, o);

@@ -1,37 +1,60 @@
-"""examples/isa/valu_per_byte.py reads the gfx950 block kernel's pair step from assembly: its basic blocks, the
-vector instructions per weight vector per pair, and the MI355X issue budget per KiB of HBM."""
+"""examples/isa/valu_per_byte.py reads the gfx950 block kernel's pair steps from assembly: its basic blocks, phase 1's
+(gate/up, v_dot2) and phase 2's (down, fp32 conversions and packed FMAs) steps taking one pair or two, the vector
+instructions per weight vector per pair, and the MI355X issue budget per KiB of HBM."""
 
-ASM = """\
-\t.type\t_ZN6smallm17smallm_moe_kernelILi1ELi0ELi0EEEvNS_7MoeArgsE,@function
-_ZN6smallm17smallm_moe_kernelILi1ELi0ELi0EEEvNS_7MoeArgsE:
-\ts_load_dwordx4 s[0:3], s[4:5], 0x0
-.LBB0_1:                                ; %pair
-\tds_read_b128 v[10:13], v1
-""" + "\tv_cvt_scalef32_pk_bf16_fp4 v20, v2, 1.0 op_sel:[0,0,0,0]\n\tv_dot2c_f32_bf16_e32 v30, v20, v10\n" * 16 + """\
-\tv_fmac_f32_e32 v40, v41, v30   ; the vector's scale
-\tv_add_u32_e32 v1, 16, v1
-\ts_cbranch_scc1 .LBB0_1
-.LBB0_2:
-\tv_dot2c_f32_bf16_e32 v30, v20, v10
-\ts_endpgm
-\t.type\t_ZN6smallm18smallm_down_kernelILi0ELi0EEEvNS_7MoeArgsE,@function
-_ZN6smallm18smallm_down_kernelILi0ELi0EEEvNS_7MoeArgsE:
-""" + "\tv_dot2c_f32_bf16_e32 v30, v20, v10\n" * 9
+import math
+
+CVT_BF16 = "\tv_cvt_scalef32_pk_bf16_fp4 v20, v2, 1.0 op_sel:[0,0,0,0]\n"
+DOT = "\tv_dot2c_f32_bf16_e32 v30, v20, v10\n"
+CVT_F32 = "\tv_cvt_scalef32_pk_f32_fp4 v[20:21], v2, 1.0 op_sel:[0,0,0,0]\n"
+PK_FMA = "\tv_pk_fma_f32 v[30:31], v[20:21], v[10:11], v[30:31]\n"
+LDS = "\tds_read_b128 v[10:13], v1\n"
+
+ASM = ("\t.type\t_ZN6smallm17smallm_moe_kernelILi1ELi0ELi0EEEvNS_7MoeArgsE,@function\n"
+       "_ZN6smallm17smallm_moe_kernelILi1ELi0ELi0EEEvNS_7MoeArgsE:\n"
+       "\ts_load_dwordx4 s[0:3], s[4:5], 0x0\n"
+       ".LBB0_1:                                ; %two pairs, phase 1: one MXFP4 vector converted once, 2 x 16 dots\n"
+       + LDS + CVT_BF16 * 16 + DOT * 32 + "\tv_fmac_f32_e32 v40, v41, v30\n\tv_fmac_f32_e32 v42, v41, v31\n"
+       "\ts_cbranch_scc1 .LBB0_1\n"
+       ".LBB0_2:                                ; %one pair, phase 1\n"
+       + LDS + CVT_BF16 * 16 + DOT * 16 + "\tv_fmac_f32_e32 v40, v41, v30   ; the vector's scale\n"
+       "\tv_add_u32_e32 v1, 16, v1\n"
+       ".LBB0_3:                                ; %two pairs, phase 2: 2 x 128 bytes of h\n"
+       + LDS * 16 + CVT_F32 * 16 + PK_FMA * 32 + "\tv_add_f32_e32 v50, v30, v31\n\tv_add_f32_e32 v51, v32, v33\n"
+       ".LBB0_4:                                ; %one pair, phase 2\n"
+       + LDS * 8 + CVT_F32 * 16 + PK_FMA * 16 + "\tv_add_f32_e32 v50, v30, v31\n\tv_fmac_f32_e32 v52, v53, v50\n"
+       ".LBB0_5:\n" + DOT + "\ts_endpgm\n"
+       "\t.type\t_ZN6smallm18smallm_down_kernelILi0ELi0EEEvNS_7MoeArgsE,@function\n"
+       "_ZN6smallm18smallm_down_kernelILi0ELi0EEEvNS_7MoeArgsE:\n" + DOT * 9)
 
 
 def test_blocks_and_pair_steps(valu_per_byte):
     kernels = valu_per_byte.blocks(ASM)
     bl = kernels["_ZN6smallm17smallm_moe_kernelILi1ELi0ELi0EEEvNS_7MoeArgsE"]
-    assert len(bl) == 3 and bl[0] == ["s_load_dwordx4 s[0:3], s[4:5], 0x0"]
-    step, = valu_per_byte.pair_steps(bl)  # the one-dot block is not a pair step
-    assert step == dict(valu=34, dots=16, cvt=16, lds=1, n=36)
-    assert valu_per_byte.per_vector_pair(step, 32) == 34.0  # one MXFP4 vector: 16 v_dot2
-    assert valu_per_byte.per_vector_pair(step, 16) == 17.0  # as FP8: two vectors
+    assert len(bl) == 6 and bl[0] == ["s_load_dwordx4 s[0:3], s[4:5], 0x0"]
+    two, one = valu_per_byte.pair_steps(bl)  # the one-dot block is not a pair step
+    assert (two["valu"], two["dots"], two["cvt"]) == (50, 32, 16) and (one["valu"], one["dots"], one["cvt"]) == (34, 16, 16)
+    assert [valu_per_byte.step_pairs(s, 32) for s in (two, one)] == [2, 1]
+    assert valu_per_byte.per_vector_pair(two, 32) == 25.0 and valu_per_byte.per_vector_pair(one, 32) == 34.0
+    assert valu_per_byte.per_vector_pair(one, 16) == 17.0  # as FP8: two vectors
+    down2, down1 = valu_per_byte.down_steps(bl)
+    assert (down2["cvt_f32"], down2["lds_bytes"], down1["lds_bytes"]) == (16, 256, 128)
+    assert [valu_per_byte.step_pairs(s, 32) for s in (down2, down1)] == [2, 1]
+    assert valu_per_byte.per_vector_pair(down2, 32) == 25.0 and valu_per_byte.per_vector_pair(down1, 32) == 34.0
 
 
-def test_summary_sets_the_step_against_the_hbm_budget(valu_per_byte):
+def test_summary_sets_the_steps_against_the_hbm_budget(valu_per_byte):
     assert round(valu_per_byte.budget_per_kib(256, 2.4, 8.0), 1) == 78.6
     r, = valu_per_byte.summary(ASM)  # the down kernel is not the block kernel
     assert r["kernel"] == "mxfp4 row_major" and r["valu_per_vector_pair"] == 34.0
-    assert abs(r["pairs_at_budget"] - 78.6432 / 34) < 1e-3 and r["bytes_per_valu"] == 1024 / 34
+    assert (r["up_one"], r["up_two"], r["down_one"], r["down_two"]) == (34.0, 25.0, 34.0, 25.0)
+    assert r["mixed_two"] == 25.0 and abs(r["pairs_at_budget"] - 78.6432 / 25) < 1e-3
     assert valu_per_byte.summary(ASM, tbs=4.0)[0]["pairs_at_budget"] == 2 * r["pairs_at_budget"]
+
+
+def test_a_build_taking_pairs_one_by_one_is_weighed_at_its_one_pair_steps(valu_per_byte):
+    one_by_one = ASM.replace(ASM[ASM.index(".LBB0_1:"):ASM.index(".LBB0_2:")], "").replace(
+        ASM[ASM.index(".LBB0_3:"):ASM.index(".LBB0_4:")], "")
+    r, = valu_per_byte.summary(one_by_one)
+    assert math.isnan(r["up_two"]) and math.isnan(r["down_two"])
+    assert r["mixed_two"] == 34.0 and abs(r["pairs_at_budget"] - 78.6432 / 34) < 1e-3

@@ -1,17 +1,23 @@
 """How much vector-ALU work the gfx950 block kernel (variant 0, the gfx950 default) spends per weight byte, read
 from its assembly (`sglang-smallm isa`), against the HBM rate of an MI355X: an estimate, nothing here ran on AMD.
 
-The block kernel's phase 1 holds a thread's weight vectors (16 bytes each) in registers and, for each (token, slot)
-pair routed to the item's expert, converts them to bf16 and takes their dot products with that pair's x
-(`v_cvt_scalef32_pk_bf16_*`, `v_dot2c_f32_bf16`): its arithmetic per weight byte grows with the pairs an expert
-has. This script finds the basic blocks of that pair step (eight or more `v_dot2`), counts their vector
-instructions per weight vector per pair, and sets that against an issue budget: a CU issues about one wave64
-vector instruction a cycle (four SIMDs of 16 lanes; MI355X: 256 CUs at 2.4 GHz, the non-packed FP32 vector rate
-of its data sheet), and one wave instruction per lane-vector covers 64 x 16 bytes = 1 KiB of weights, which HBM
-(8 TB/s) delivers in 1 KiB / 8 TB/s. Where pairs x instructions exceed that budget, the phase-1 arithmetic, not
-HBM, sets the pace (a lower bound on the work: the item's other instructions, phase 2 and the routing are not
-counted). SGLang's own gfx950 kernel converts each weight once and multiplies on the matrix cores (MFMA), so its
-vector work per byte does not grow with the pairs.
+The block kernel holds a thread's weight vectors (16 bytes each) in registers and, for the (token, slot) pairs
+routed to the item's expert, converts them and multiplies: phase 1 (gate/up) converts to bf16 pairs and takes
+`v_dot2c_f32_bf16` with x (bf16, from LDS); phase 2 (down) converts to fp32 pairs and multiplies them with h (fp32,
+from LDS) on `v_pk_fma_f32`. Both take an expert's pairs two at a time (each vector converted once for both) and
+a last odd pair alone, so their arithmetic per weight byte still grows with the pairs an expert has, more slowly.
+This script finds those steps' basic blocks: phase 1's by their `v_dot2` (eight or more), phase 2's by their
+fp32 conversions (`v_cvt_scalef32_pk_f32_*`, eight or more); a block's vectors are its conversions over the
+conversions one vector takes (values / 2), its pairs phase 1's dots over its conversions and phase 2's bytes of h
+read from LDS over the bytes one pair takes (4 a value). It counts vector instructions per weight vector per
+pair and sets them against an issue budget: a CU issues about one wave64 vector instruction a cycle (four SIMDs
+of 16 lanes; MI355X: 256 CUs at 2.4 GHz, the non-packed FP32 vector rate of its data sheet), and one wave
+instruction per lane-vector covers 64 x 16 bytes = 1 KiB of weights, which HBM (8 TB/s) delivers in 1 KiB /
+8 TB/s. "Pairs per expert at the budget" weighs the two phases by their bytes (W13 two thirds, W2 one third) at
+their two-pair steps: past it, the pair steps alone would issue longer than HBM takes to deliver the bytes (a lower
+bound on the work: the item's other instructions, the LDS bandwidth and the routing are not counted). SGLang's own
+gfx950 kernel converts each weight once and multiplies on the matrix cores (MFMA), so its vector work per byte does
+not grow with the pairs.
 
 Usage: python examples/isa/valu_per_byte.py FILE.s [--cus 256 --ghz 2.4 --tbs 8.0]
 """
@@ -45,21 +51,45 @@ def blocks(text: str) -> dict[str, list[list[str]]]:
     return out
 
 
+_LDS_BYTES = {"ds_read_b128": 16, "ds_read_b96": 12, "ds_read_b64": 8, "ds_read2_b64": 16, "ds_read_b32": 4,
+              "ds_read2_b32": 8}
+
+
+def _counts(ins: list[str]) -> dict:
+    return dict(valu=sum(1 for i in ins if i.startswith("v_")), dots=sum(1 for i in ins if i.startswith("v_dot2")),
+                cvt=sum(1 for i in ins if i.startswith("v_cvt_scalef32_pk_bf16")),
+                cvt_f32=sum(1 for i in ins if i.startswith("v_cvt_scalef32_pk_f32")),
+                lds=sum(1 for i in ins if i.startswith("ds_read")),
+                lds_bytes=sum(_LDS_BYTES.get(i.split()[0], 0) for i in ins), n=len(ins))
+
+
 def pair_steps(kernel_blocks: list[list[str]], min_dots: int = 8) -> list[dict]:
-    """The blocks with at least min_dots v_dot2 instructions: their vector-ALU, v_dot2, scale-convert and LDS counts."""
-    rows = []
-    for ins in kernel_blocks:
-        dots = sum(1 for i in ins if i.startswith("v_dot2"))
-        if dots >= min_dots:
-            rows.append(dict(valu=sum(1 for i in ins if i.startswith("v_")), dots=dots,
-                             cvt=sum(1 for i in ins if i.startswith("v_cvt_scalef32")),
-                             lds=sum(1 for i in ins if i.startswith("ds_read")), n=len(ins)))
-    return rows
+    """Phase 1's pair steps: the blocks with at least min_dots v_dot2 instructions, with their vector-ALU, v_dot2,
+    scale-convert and LDS counts."""
+    return [c for c in map(_counts, kernel_blocks) if c["dots"] >= min_dots]
+
+
+def down_steps(kernel_blocks: list[list[str]], min_cvt: int = 8) -> list[dict]:
+    """Phase 2's pair steps: the blocks with at least min_cvt fp32 conversions (and no v_dot2)."""
+    return [c for c in map(_counts, kernel_blocks) if c["cvt_f32"] >= min_cvt and c["dots"] == 0]
+
+
+def step_pairs(step: dict, values_per_vector: int) -> int:
+    """The pairs a step takes: phase 1 its dots over its conversions (each vector converted once, values/2 dots
+    per vector and pair), phase 2 its bytes of h over the bytes one pair takes (4 per value of each vector)."""
+    if step["dots"]:
+        return round(step["dots"] / step["cvt"])
+    vectors = step["cvt_f32"] / (values_per_vector // 2)
+    return round(step["lds_bytes"] / (vectors * values_per_vector * 4))
 
 
 def per_vector_pair(step: dict, values_per_vector: int) -> float:
-    """Vector instructions per 16-byte weight vector per pair: a vector's values take values/2 v_dot2."""
-    return step["valu"] / (step["dots"] / (values_per_vector // 2))
+    """Vector instructions per 16-byte weight vector per pair: a vector's values take values/2 conversions (and, in
+    phase 1, values/2 v_dot2 per pair)."""
+    if step["dots"]:
+        return step["valu"] / (step["dots"] / (values_per_vector // 2))
+    vectors = step["cvt_f32"] / (values_per_vector // 2)
+    return step["valu"] / (vectors * step_pairs(step, values_per_vector))
 
 
 def budget_per_kib(cus: int, ghz: float, tbs: float) -> float:
@@ -67,7 +97,15 @@ def budget_per_kib(cus: int, ghz: float, tbs: float) -> float:
     return cus * ghz * 1e9 / (tbs * 1e12 / 1024)
 
 
+def _worst(steps: list[dict], values: int, pairs: int) -> float:
+    got = [per_vector_pair(s, values) for s in steps if step_pairs(s, values) == pairs]
+    return max(got) if got else float("nan")
+
+
 def summary(text: str, cus=256, ghz=2.4, tbs=8.0) -> list[dict]:
+    """Per block kernel: each phase's vector instructions per 16-byte vector per pair in its one-pair and two-pair
+    steps (the worst block of each; nan where the build has none), and the pairs per expert at the budget (the
+    phases weighed by their bytes at their two-pair steps, or one-pair steps where a build takes pairs one by one)."""
     budget = budget_per_kib(cus, ghz, tbs)
     rows = []
     for name, bl in blocks(text).items():
@@ -75,12 +113,20 @@ def summary(text: str, cus=256, ghz=2.4, tbs=8.0) -> list[dict]:
         if not m:
             continue
         fmt, per_vec = FORMATS[m.group(1)]
-        steps = pair_steps(bl)
-        if not steps:
+        up, down = pair_steps(bl), down_steps(bl)
+        if not up:
             continue
-        worst = max(per_vector_pair(s, per_vec) for s in steps)
-        rows.append(dict(kernel=f"{fmt} {LAYOUTS[m.group(2)]}", steps=len(steps), valu_per_vector_pair=worst,
-                         bytes_per_valu=16 * 64 / worst, pairs_at_budget=budget / worst, budget=budget))
+        r = dict(kernel=f"{fmt} {LAYOUTS[m.group(2)]}", steps=len(up), down_steps=len(down),
+                 up_one=_worst(up, per_vec, 1), up_two=_worst(up, per_vec, 2),
+                 down_one=_worst(down, per_vec, 1), down_two=_worst(down, per_vec, 2), budget=budget)
+        r["valu_per_vector_pair"] = max(r["up_one"], r["up_two"])  # phase 1's heaviest step, as before
+        # a build without two-pair steps (before 2026-12-05) is weighed at its one-pair steps
+        up_n, down_n = (r["up_two"] if r["up_two"] == r["up_two"] else r["up_one"],
+                        r["down_two"] if r["down_two"] == r["down_two"] else r["down_one"])
+        r["mixed_two"] = (2 * up_n + down_n) / 3
+        r["bytes_per_valu"] = 16 * 64 / r["mixed_two"]
+        r["pairs_at_budget"] = budget / r["mixed_two"]
+        rows.append(r)
     return rows
 
 
@@ -97,10 +143,12 @@ def main(argv=None) -> int:
         return 1
     print(f"issue budget: {rows[0]['budget']:.0f} wave64 vector instructions per KiB of weights from HBM "
           f"({a.cus} CUs x {a.ghz} GHz, {a.tbs} TB/s)")
-    print("| block kernel | pair-step blocks | vector instr. per 16-byte vector per pair | pairs per expert at the budget |")
-    print("|---|---|---|---|")
+    print("vector instructions per 16-byte weight vector per pair, a step taking one pair / two pairs:")
+    print("| block kernel | phase 1 (gate/up) | phase 2 (down) | both, by bytes, two pairs | pairs per expert at the budget |")
+    print("|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['kernel']} | {r['steps']} | {r['valu_per_vector_pair']:.1f} | {r['pairs_at_budget']:.1f} |")
+        print(f"| {r['kernel']} | {r['up_one']:.1f} / {r['up_two']:.1f} | {r['down_one']:.1f} / {r['down_two']:.1f} | "
+              f"{r['mixed_two']:.1f} | {r['pairs_at_budget']:.1f} |")
     return 0
 
 
