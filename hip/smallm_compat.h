@@ -685,7 +685,9 @@ SMALLM_DEV float dot_vec_f32(const Vec16& w, const float* h, DecodePair decode) 
 #if defined(__gfx950__)
   f32x2_t acc = {0.0f, 0.0f};
   auto step = [&](auto P) {
-    acc = pk_fma(decode(w, P), *reinterpret_cast<const f32x2_t*>(h + 2 * decltype(P)::value), acc);
+    float lo, hi;
+    decode(w, P, lo, hi);  // one conversion instruction gives both
+    acc = pk_fma(f32x2_t{lo, hi}, *reinterpret_cast<const f32x2_t*>(h + 2 * decltype(P)::value), acc);
   };
   StaticFor<0, N / 2>::run(step);
   return acc.x + acc.y;
@@ -702,31 +704,15 @@ SMALLM_DEV float dot_vec_f32(const Vec16& w, const float* h, DecodePair decode) 
 #endif
 }
 
-#if defined(__gfx950__)
-struct DecodeFp8F32x2 {  // values 2P, 2P+1 as an fp32 pair, one conversion
-  template <class P>
-  SMALLM_DEV f32x2_t operator()(const Vec16& w, P) const {
-    constexpr int p = P::value;
-    return __builtin_amdgcn_cvt_scalef32_pk_f32_fp8(w.w[p / 2], 1.0f, (p % 2) == 1);
-  }
-};
-struct DecodeFp4F32x2 {
-  template <class P>
-  SMALLM_DEV f32x2_t operator()(const Vec16& w, P) const {
-    constexpr int p = P::value;
-    return __builtin_amdgcn_cvt_scalef32_pk_f32_fp4(w.w[p / 4], 1.0f, p % 4);
-  }
-};
-#else
-struct DecodeFp8F32x2 {
+// Values 2P and 2P+1 of a vector, as dot_vec_f32 takes them.
+struct DecodeFp8Pair {
   template <class P>
   SMALLM_DEV void operator()(const Vec16& w, P, float& lo, float& hi) const { decode_pair_fp8<P::value>(w, lo, hi); }
 };
-struct DecodeFp4F32x2 {
+struct DecodeFp4Pair {
   template <class P>
   SMALLM_DEV void operator()(const Vec16& w, P, float& lo, float& hi) const { decode_pair_fp4<P::value>(w, lo, hi); }
 };
-#endif
 
 // The same dot for two h vectors (two pairs of one expert), each value pair converted once for both; each
 // result equals dot_vec_f32's for its h bit for bit (the same operations in the same order).
@@ -737,7 +723,9 @@ SMALLM_DEV void dot_vec_f32_x2(const Vec16& w, const float* h0, const float* h1,
   f32x2_t acc0 = {0.0f, 0.0f}, acc1 = {0.0f, 0.0f};
   auto step = [&](auto P) {
     constexpr int p = decltype(P)::value;
-    const f32x2_t wv = decode(w, P);
+    float lo, hi;
+    decode(w, P, lo, hi);
+    const f32x2_t wv = {lo, hi};
     acc0 = pk_fma(wv, *reinterpret_cast<const f32x2_t*>(h0 + 2 * p), acc0);
     acc1 = pk_fma(wv, *reinterpret_cast<const f32x2_t*>(h1 + 2 * p), acc1);
   };
@@ -761,13 +749,13 @@ SMALLM_DEV void dot_vec_f32_x2(const Vec16& w, const float* h0, const float* h1,
 #endif
 }
 
-SMALLM_DEV float dot16_fp8_f32(const Vec16& w, const float* h) { return dot_vec_f32<16>(w, h, DecodeFp8F32x2{}); }
-SMALLM_DEV float dot32_fp4_f32(const Vec16& w, const float* h) { return dot_vec_f32<32>(w, h, DecodeFp4F32x2{}); }
+SMALLM_DEV float dot16_fp8_f32(const Vec16& w, const float* h) { return dot_vec_f32<16>(w, h, DecodeFp8Pair{}); }
+SMALLM_DEV float dot32_fp4_f32(const Vec16& w, const float* h) { return dot_vec_f32<32>(w, h, DecodeFp4Pair{}); }
 SMALLM_DEV void dot16_fp8_f32_x2(const Vec16& w, const float* h0, const float* h1, float& d0, float& d1) {
-  dot_vec_f32_x2<16>(w, h0, h1, DecodeFp8F32x2{}, d0, d1);
+  dot_vec_f32_x2<16>(w, h0, h1, DecodeFp8Pair{}, d0, d1);
 }
 SMALLM_DEV void dot32_fp4_f32_x2(const Vec16& w, const float* h0, const float* h1, float& d0, float& d1) {
-  dot_vec_f32_x2<32>(w, h0, h1, DecodeFp4F32x2{}, d0, d1);
+  dot_vec_f32_x2<32>(w, h0, h1, DecodeFp4Pair{}, d0, d1);
 }
 
 }  // namespace smallm

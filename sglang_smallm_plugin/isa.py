@@ -16,7 +16,7 @@ import sys
 SOURCES = ("smallm_moe.hip", "smallm_sort.hip", "smallm_readfloor.hip")
 KEY_INSTRUCTIONS = (
     "v_cvt_scalef32_pk_bf16_fp8", "v_cvt_scalef32_pk_f32_fp8", "v_cvt_scalef32_pk_bf16_fp4",
-    "v_cvt_scalef32_pk_f32_fp4", "v_dot2c_f32_bf16", "v_dot2_f32_bf16", "global_load_dwordx4",
+    "v_cvt_scalef32_pk_f32_fp4", "v_dot2c_f32_bf16", "v_dot2_f32_bf16", "v_pk_fma_f32", "global_load_dwordx4",
     "ds_bpermute_b32", "buffer_wbl2", "buffer_inv", "scratch_store", "scratch_load", "buffer_store",
     "ds_add_u32", "v_rndne_f32", "global_store_byte",
 )

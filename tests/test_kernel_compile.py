@@ -46,8 +46,9 @@ def test_gfx950_compiles_every_kernel_without_scratch(gfx950):
 
 def test_gfx950_uses_its_scale_convert_and_dot_instructions(gfx950):
     """Dot products with x (bf16): weights converted to bf16 pairs, then bf16 dot2; products with
-    the fp32 intermediate: weights converted to fp32 pairs. The block kernels do both, the two-pass
-    gate/up kernel the first, its down kernel the second."""
+    the fp32 intermediate: weights converted to fp32 pairs (in the block kernel multiplied on v_pk_fma_f32, at
+    least one per converted pair). The block kernels do both, the two-pass gate/up kernel the first, its down
+    kernel the second."""
     for r in _moe(gfx950):
         c, k = r["counts"], r["kernel"]
         bits = "fp8" if "fp8" in k else "fp4"
@@ -57,6 +58,8 @@ def test_gfx950_uses_its_scale_convert_and_dot_instructions(gfx950):
         assert (c["v_dot2c_f32_bf16"] + c["v_dot2_f32_bf16"] > 0) == dot_x, r
         assert (c[f"v_cvt_scalef32_pk_f32_{bits}"] > 0) == dot_h, r
         assert c["global_load_dwordx4"] > 0, r
+        if not _twopass(r):  # the block kernel's down: its fp32 products on packed FMAs (two a lane an instruction)
+            assert c["v_pk_fma_f32"] >= c[f"v_cvt_scalef32_pk_f32_{bits}"], r
 
 
 def test_gfx950_cross_block_handoff_is_device_coherent(gfx950):
