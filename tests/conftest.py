@@ -64,3 +64,8 @@ def waitcnt():
 @pytest.fixture(scope="session")
 def valu_per_byte():
     return _sass_script("valu_per_byte", folder="isa")
+
+
+@pytest.fixture(scope="session")
+def pair_step_shares(valu_per_byte):
+    return _sass_script("pair_step_shares", folder="isa")

@@ -58,3 +58,13 @@ def test_a_build_taking_pairs_one_by_one_is_weighed_at_its_one_pair_steps(valu_p
     r, = valu_per_byte.summary(one_by_one)
     assert math.isnan(r["up_two"]) and math.isnan(r["down_two"])
     assert r["mixed_two"] == 34.0 and abs(r["pairs_at_budget"] - 78.6432 / 34) < 1e-3
+
+
+def test_pair_step_shares_count_each_experts_pairs_in_twos_then_one(valu_per_byte, pair_step_shares):
+    r, = valu_per_byte.summary(ASM)  # one pair 34, two pairs 25 per vector and pair, both phases
+    assert pair_step_shares.expert_cost(1, 34.0, 25.0) == 34.0
+    assert pair_step_shares.expert_cost(2, 34.0, 25.0) == 50.0
+    assert pair_step_shares.expert_cost(5, 34.0, 25.0) == 2 * 50.0 + 34.0
+    assert pair_step_shares.expert_cost(3, 34.0, float("nan")) == 102.0  # a build taking pairs one by one
+    # a call touching three experts with 1, 2 and 3 pairs: (34 + 50 + 84) / 3 per vector, over the budget
+    assert abs(pair_step_shares.share(r, [1, 2, 3]) - (34 + 50 + 84) / 3 / r["budget"]) < 1e-12

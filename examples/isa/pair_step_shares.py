@@ -1,0 +1,66 @@
+"""The share of MI355X's HBM issue budget the gfx950 block kernel's pair steps take for a model's routing: each
+distinct expert of a call takes its pairs in steps of two and a last one alone (valu_per_byte.py counts both steps
+in the assembly), the two phases weighed by their bytes (W13 two thirds, W2 one third), averaged over the experts
+a call touches (each expert's weights are the same bytes) and over 32 draws of the bench's routing
+(sglang_smallm_plugin.testdata.make_routing, uniform). An estimate from the assembly and data-sheet rates; nothing
+here ran on AMD hardware (docs/gfx950-isa-notes.md).
+
+Usage: python examples/isa/pair_step_shares.py FILE.s [--shapes qwen35-tp4,minimax-m3] [--tokens 1,8,16,20,40,48]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import valu_per_byte  # noqa: E402
+
+
+def expert_cost(pairs: int, one: float, two: float) -> float:
+    """Vector instructions per weight vector for an expert with `pairs` pairs: steps of two, then one alone
+    (a build without two-pair steps, two = nan, takes every pair alone)."""
+    if math.isnan(two):
+        return pairs * one
+    return (pairs // 2) * 2 * two + (pairs % 2) * one
+
+
+def share(row: dict, counts: list[int]) -> float:
+    """Budget share for one call whose distinct experts have `counts` pairs each."""
+    one = (2 * row["up_one"] + row["down_one"]) / 3
+    two = (2 * row["up_two"] + row["down_two"]) / 3
+    return sum(expert_cost(n, one, two) for n in counts) / len(counts) / row["budget"]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("asm")
+    p.add_argument("--shapes", default="qwen35-tp4,minimax-m3,qwen3-235b-tp4")
+    p.add_argument("--tokens", default="1,8,16,20,40,48")
+    p.add_argument("--draws", type=int, default=32)
+    a = p.parse_args(argv)
+    from sglang_smallm_plugin import testdata
+    from sglang_smallm_plugin.shapes import shape_by_name
+
+    rows = {r["kernel"].split()[0]: r for r in valu_per_byte.summary(Path(a.asm).read_text())}
+    tokens = [int(t) for t in a.tokens.split(",")]
+    print("| shape, format | " + " | ".join(f"{t} tokens" for t in tokens) + " |")
+    print("|---|" + "---|" * len(tokens))
+    for name in a.shapes.split(","):
+        shape = shape_by_name(name)
+        for fmt, row in rows.items():
+            cells = []
+            for t in tokens:
+                total = 0.0
+                for seed in range(a.draws):
+                    _, ids = testdata.make_routing(shape, t, seed, "cpu")
+                    total += share(row, list(collections.Counter(ids.flatten().tolist()).values()))
+                cells.append(f"{100 * total / a.draws:.0f} %")
+            print(f"| {name}, {fmt} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
