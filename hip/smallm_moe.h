@@ -36,7 +36,7 @@ constexpr int kStageBytes = kMC * kMaxInter * 4;  // shared staging: x slices (p
 constexpr int kWarps = kThreads / kWarp;
 
 // The block kernel's pair loops (phase 1's gate/up, phase 2's down) take an expert's pairs two at a time on
-// HIP: each weight vector is converted once for both pairs (on gfx950 the conversions are a third to a half of a
+// HIP: each weight vector is converted once for both pairs (on gfx950 the conversions are nearly half of a
 // pair's vector instructions; docs/gfx950-isa-notes.md), each pair's sums in the same order as one at a time, so
 // the output is the same bit for bit. CUDA keeps one at a time (its block kernel serves few shapes; unmeasured).
 #if defined(SMALLM_HIP)
