@@ -676,34 +676,6 @@ SMALLM_DEV f32x2_t pk_fma(f32x2_t a, f32x2_t b, f32x2_t c) {
 }
 #endif
 
-// Dot of one 16-byte weight vector (N values: 16 e4m3 or 32 e2m1) with N fp32 values of h (8-byte
-// aligned). gfx950: each converted pair of values goes on one packed FMA, the even and the odd values
-// summed apart and added at the end (half the FMA instructions of one chain). Elsewhere one fp32 FMA
-// chain, the pair's high value first.
-template <int N, class DecodePair>
-SMALLM_DEV float dot_vec_f32(const Vec16& w, const float* h, DecodePair decode) {
-#if defined(__gfx950__)
-  f32x2_t acc = {0.0f, 0.0f};
-  auto step = [&](auto P) {
-    float lo, hi;
-    decode(w, P, lo, hi);  // one conversion instruction gives both
-    acc = pk_fma(f32x2_t{lo, hi}, *reinterpret_cast<const f32x2_t*>(h + 2 * decltype(P)::value), acc);
-  };
-  StaticFor<0, N / 2>::run(step);
-  return acc.x + acc.y;
-#else
-  float part = 0.0f;
-  auto step = [&](auto P) {
-    float lo, hi;
-    decode(w, P, lo, hi);
-    const float2 h2 = *reinterpret_cast<const float2*>(h + 2 * decltype(P)::value);
-    part = ffma(lo, h2.x, ffma(hi, h2.y, part));
-  };
-  StaticFor<0, N / 2>::run(step);
-  return part;
-#endif
-}
-
 // Values 2P and 2P+1 of a vector, as dot_vec_f32 takes them.
 struct DecodeFp8Pair {
   template <class P>
@@ -714,48 +686,61 @@ struct DecodeFp4Pair {
   SMALLM_DEV void operator()(const Vec16& w, P, float& lo, float& hi) const { decode_pair_fp4<P::value>(w, lo, hi); }
 };
 
-// The same dot for two h vectors (two pairs of one expert), each value pair converted once for both; each
-// result equals dot_vec_f32's for its h bit for bit (the same operations in the same order).
-template <int N, class DecodePair>
-SMALLM_DEV void dot_vec_f32_x2(const Vec16& w, const float* h0, const float* h1, DecodePair decode, float& d0,
-                               float& d1) {
+// Dots of one 16-byte weight vector (N values: 16 e4m3 or 32 e2m1) with H vectors of h (N fp32 values each,
+// 8-byte aligned; H pairs of one expert): d[i] = w . h[i], each value pair decoded once for all H. gfx950:
+// each decoded pair goes on one packed FMA per h, the even and the odd values summed apart and added at the
+// end (half the FMA instructions of one chain). Elsewhere one fp32 FMA chain per h, the pair's high value
+// first. d[i] does not depend on H (the same operations in the same order for each h).
+template <int N, int H, class DecodePair>
+SMALLM_DEV void dot_vec_f32(const Vec16& w, const float* const (&h)[H], DecodePair decode, float (&d)[H]) {
 #if defined(__gfx950__)
-  f32x2_t acc0 = {0.0f, 0.0f}, acc1 = {0.0f, 0.0f};
+  f32x2_t acc[H];
+#pragma unroll
+  for (int i = 0; i < H; ++i) acc[i] = f32x2_t{0.0f, 0.0f};
   auto step = [&](auto P) {
     constexpr int p = decltype(P)::value;
     float lo, hi;
-    decode(w, P, lo, hi);
+    decode(w, P, lo, hi);  // one conversion instruction gives both
     const f32x2_t wv = {lo, hi};
-    acc0 = pk_fma(wv, *reinterpret_cast<const f32x2_t*>(h0 + 2 * p), acc0);
-    acc1 = pk_fma(wv, *reinterpret_cast<const f32x2_t*>(h1 + 2 * p), acc1);
+#pragma unroll
+    for (int i = 0; i < H; ++i) acc[i] = pk_fma(wv, *reinterpret_cast<const f32x2_t*>(h[i] + 2 * p), acc[i]);
   };
   StaticFor<0, N / 2>::run(step);
-  d0 = acc0.x + acc0.y;
-  d1 = acc1.x + acc1.y;
+#pragma unroll
+  for (int i = 0; i < H; ++i) d[i] = acc[i].x + acc[i].y;
 #else
-  float part0 = 0.0f, part1 = 0.0f;
+#pragma unroll
+  for (int i = 0; i < H; ++i) d[i] = 0.0f;
   auto step = [&](auto P) {
     constexpr int p = decltype(P)::value;
     float lo, hi;
     decode(w, P, lo, hi);
-    const float2 a = *reinterpret_cast<const float2*>(h0 + 2 * p);
-    const float2 b = *reinterpret_cast<const float2*>(h1 + 2 * p);
-    part0 = ffma(lo, a.x, ffma(hi, a.y, part0));
-    part1 = ffma(lo, b.x, ffma(hi, b.y, part1));
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const float2 h2 = *reinterpret_cast<const float2*>(h[i] + 2 * p);
+      d[i] = ffma(lo, h2.x, ffma(hi, h2.y, d[i]));
+    }
   };
   StaticFor<0, N / 2>::run(step);
-  d0 = part0;
-  d1 = part1;
 #endif
 }
 
-SMALLM_DEV float dot16_fp8_f32(const Vec16& w, const float* h) { return dot_vec_f32<16>(w, h, DecodeFp8Pair{}); }
-SMALLM_DEV float dot32_fp4_f32(const Vec16& w, const float* h) { return dot_vec_f32<32>(w, h, DecodeFp4Pair{}); }
-SMALLM_DEV void dot16_fp8_f32_x2(const Vec16& w, const float* h0, const float* h1, float& d0, float& d1) {
-  dot_vec_f32_x2<16>(w, h0, h1, DecodeFp8Pair{}, d0, d1);
+// dot_vec_f32 for one h (the step of one pair) and for two (two pairs of an expert).
+template <int N, class DecodePair>
+SMALLM_DEV float dot_vec_f32_one(const Vec16& w, const float* h, DecodePair decode) {
+  const float* hv[1] = {h};
+  float d[1];
+  dot_vec_f32<N>(w, hv, decode, d);
+  return d[0];
 }
-SMALLM_DEV void dot32_fp4_f32_x2(const Vec16& w, const float* h0, const float* h1, float& d0, float& d1) {
-  dot_vec_f32_x2<32>(w, h0, h1, DecodeFp4Pair{}, d0, d1);
+template <int N, class DecodePair>
+SMALLM_DEV void dot_vec_f32_two(const Vec16& w, const float* h0, const float* h1, DecodePair decode, float& d0,
+                                float& d1) {
+  const float* hv[2] = {h0, h1};
+  float d[2];
+  dot_vec_f32<N>(w, hv, decode, d);
+  d0 = d[0];
+  d1 = d[1];
 }
 
 }  // namespace smallm

@@ -9,15 +9,15 @@ from sglang_smallm_plugin import envs
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
-def _readme_switches() -> str:
-    text = README.read_text()
-    m = re.search(r"<!-- switches:begin -->\n(.*?)\n<!-- switches:end -->", text, re.S)
-    assert m, "README.md lost its switches markers"
+def _readme_between(marker: str) -> str:
+    """The README's text between its `<!-- marker:begin -->` and `<!-- marker:end -->` lines."""
+    m = re.search(rf"<!-- {marker}:begin -->\n(.*?)\n<!-- {marker}:end -->", README.read_text(), re.S)
+    assert m, f"README.md lost its {marker} markers"
     return m.group(1)
 
 
 def test_readme_switch_table_is_envs():
-    assert _readme_switches() == envs.markdown_table(), (
+    assert _readme_between("switches") == envs.markdown_table(), (
         "README's table of switches differs from sglang_smallm_plugin/envs.py: paste the output of "
         "`python -m sglang_smallm_plugin.envs` between its switches markers")
 
@@ -36,10 +36,7 @@ def test_switch_table_names_every_switch_once():
 def test_readme_caps_table_is_gate_caps():
     from sglang_smallm_plugin import gate
 
-    text = README.read_text()
-    m = re.search(r"<!-- caps:begin -->\n(.*?)\n<!-- caps:end -->", text, re.S)
-    assert m, "README.md lost its caps markers"
-    assert m.group(1) == gate.caps_markdown_table(), (
+    assert _readme_between("caps") == gate.caps_markdown_table(), (
         "README's table of built-in token caps differs from gate.CAPS: paste the output of "
         "`python -m sglang_smallm_plugin.gate` between its caps markers")
 

@@ -29,8 +29,8 @@ def expert_cost(pairs: int, one: float, two: float) -> float:
 
 def share(row: dict, counts: list[int]) -> float:
     """Budget share for one call whose distinct experts have `counts` pairs each."""
-    one = (2 * row["up_one"] + row["down_one"]) / 3
-    two = (2 * row["up_two"] + row["down_two"]) / 3
+    one = valu_per_byte.by_bytes(row["up_one"], row["down_one"])
+    two = valu_per_byte.by_bytes(row["up_two"], row["down_two"])
     return sum(expert_cost(n, one, two) for n in counts) / len(counts) / row["budget"]
 
 

@@ -24,6 +24,7 @@ Usage: python examples/isa/valu_per_byte.py FILE.s [--cus 256 --ghz 2.4 --tbs 8.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from pathlib import Path
@@ -97,6 +98,12 @@ def budget_per_kib(cus: int, ghz: float, tbs: float) -> float:
     return cus * ghz * 1e9 / (tbs * 1e12 / 1024)
 
 
+def by_bytes(up: float, down: float) -> float:
+    """Instructions per weight vector and pair over both phases, weighed by their bytes: W13 (phase 1) is two
+    thirds of an expert's weights, W2 (phase 2) one third."""
+    return (2 * up + down) / 3
+
+
 def _worst(steps: list[dict], values: int, pairs: int) -> float:
     got = [per_vector_pair(s, values) for s in steps if step_pairs(s, values) == pairs]
     return max(got) if got else float("nan")
@@ -121,9 +128,7 @@ def summary(text: str, cus=256, ghz=2.4, tbs=8.0) -> list[dict]:
                  down_one=_worst(down, per_vec, 1), down_two=_worst(down, per_vec, 2), budget=budget)
         r["valu_per_vector_pair"] = max(r["up_one"], r["up_two"])  # phase 1's heaviest step, as before
         # a build without two-pair steps (before 2026-12-05) is weighed at its one-pair steps
-        up_n, down_n = (r["up_two"] if r["up_two"] == r["up_two"] else r["up_one"],
-                        r["down_two"] if r["down_two"] == r["down_two"] else r["down_one"])
-        r["mixed_two"] = (2 * up_n + down_n) / 3
+        r["mixed_two"] = by_bytes(*(r[f"{p}_one"] if math.isnan(r[f"{p}_two"]) else r[f"{p}_two"] for p in ("up", "down")))
         r["bytes_per_valu"] = 16 * 64 / r["mixed_two"]
         r["pairs_at_budget"] = budget / r["mixed_two"]
         rows.append(r)
