@@ -676,7 +676,7 @@ SMALLM_DEV f32x2_t pk_fma(f32x2_t a, f32x2_t b, f32x2_t c) {
 }
 #endif
 
-// Values 2P and 2P+1 of a vector, as dot_vec_f32 takes them.
+// Values 2P and 2P+1 of a vector, as dot_vecs_f32 takes them.
 struct DecodeFp8Pair {
   template <class P>
   SMALLM_DEV void operator()(const Vec16& w, P, float& lo, float& hi) const { decode_pair_fp8<P::value>(w, lo, hi); }
@@ -686,61 +686,81 @@ struct DecodeFp4Pair {
   SMALLM_DEV void operator()(const Vec16& w, P, float& lo, float& hi) const { decode_pair_fp4<P::value>(w, lo, hi); }
 };
 
-// Dots of one 16-byte weight vector (N values: 16 e4m3 or 32 e2m1) with H vectors of h (N fp32 values each,
-// 8-byte aligned; H pairs of one expert): d[i] = w . h[i], each value pair decoded once for all H. gfx950:
-// each decoded pair goes on one packed FMA per h, the even and the odd values summed apart and added at the
-// end (half the FMA instructions of one chain). Elsewhere one fp32 FMA chain per h, the pair's high value
-// first. d[i] does not depend on H (the same operations in the same order for each h).
-template <int N, int H, class DecodePair>
-SMALLM_DEV void dot_vec_f32(const Vec16& w, const float* const (&h)[H], DecodePair decode, float (&d)[H]) {
+// Dots of W 16-byte weight vectors (N values each: 16 e4m3 or 32 e2m1; W rows of W2 at the same k) with H
+// vectors of h (N fp32 values each, 8-byte aligned; H pairs of one expert): d[r][i] = w[r] . h[i], each value
+// pair of a weight vector decoded once for all H, each value pair of h read once for all W. gfx950: each
+// decoded pair goes on one packed FMA per h, the even and the odd values summed apart and added at the end
+// (half the FMA instructions of one chain). Elsewhere one fp32 FMA chain per (r, i), the pair's high value
+// first. d[r][i] depends on neither W nor H (the same operations in the same order for each w and h).
+template <int N, int W, int H, class DecodePair>
+SMALLM_DEV void dot_vecs_f32(const Vec16* const (&w)[W], const float* const (&h)[H], DecodePair decode,
+                             float (&d)[W][H]) {
 #if defined(__gfx950__)
-  f32x2_t acc[H];
+  f32x2_t acc[W][H];
 #pragma unroll
-  for (int i = 0; i < H; ++i) acc[i] = f32x2_t{0.0f, 0.0f};
+  for (int r = 0; r < W; ++r)
+#pragma unroll
+    for (int i = 0; i < H; ++i) acc[r][i] = f32x2_t{0.0f, 0.0f};
   auto step = [&](auto P) {
     constexpr int p = decltype(P)::value;
-    float lo, hi;
-    decode(w, P, lo, hi);  // one conversion instruction gives both
-    const f32x2_t wv = {lo, hi};
+    f32x2_t wv[W];
 #pragma unroll
-    for (int i = 0; i < H; ++i) acc[i] = pk_fma(wv, *reinterpret_cast<const f32x2_t*>(h[i] + 2 * p), acc[i]);
+    for (int r = 0; r < W; ++r) {
+      float lo, hi;
+      decode(*w[r], P, lo, hi);  // one conversion instruction gives both
+      wv[r] = f32x2_t{lo, hi};
+    }
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const f32x2_t hv = *reinterpret_cast<const f32x2_t*>(h[i] + 2 * p);
+#pragma unroll
+      for (int r = 0; r < W; ++r) acc[r][i] = pk_fma(wv[r], hv, acc[r][i]);
+    }
   };
   StaticFor<0, N / 2>::run(step);
 #pragma unroll
-  for (int i = 0; i < H; ++i) d[i] = acc[i].x + acc[i].y;
+  for (int r = 0; r < W; ++r)
+#pragma unroll
+    for (int i = 0; i < H; ++i) d[r][i] = acc[r][i].x + acc[r][i].y;
 #else
 #pragma unroll
-  for (int i = 0; i < H; ++i) d[i] = 0.0f;
+  for (int r = 0; r < W; ++r)
+#pragma unroll
+    for (int i = 0; i < H; ++i) d[r][i] = 0.0f;
   auto step = [&](auto P) {
     constexpr int p = decltype(P)::value;
-    float lo, hi;
-    decode(w, P, lo, hi);
+    float lo[W], hi[W];
+#pragma unroll
+    for (int r = 0; r < W; ++r) decode(*w[r], P, lo[r], hi[r]);
 #pragma unroll
     for (int i = 0; i < H; ++i) {
       const float2 h2 = *reinterpret_cast<const float2*>(h[i] + 2 * p);
-      d[i] = ffma(lo, h2.x, ffma(hi, h2.y, d[i]));
+#pragma unroll
+      for (int r = 0; r < W; ++r) d[r][i] = ffma(lo[r], h2.x, ffma(hi[r], h2.y, d[r][i]));
     }
   };
   StaticFor<0, N / 2>::run(step);
 #endif
 }
 
-// dot_vec_f32 for one h (the step of one pair) and for two (two pairs of an expert).
+// dot_vecs_f32 for one weight vector and one h (the step of one pair) or two (two pairs of an expert).
 template <int N, class DecodePair>
 SMALLM_DEV float dot_vec_f32_one(const Vec16& w, const float* h, DecodePair decode) {
+  const Vec16* wv[1] = {&w};
   const float* hv[1] = {h};
-  float d[1];
-  dot_vec_f32<N>(w, hv, decode, d);
-  return d[0];
+  float d[1][1];
+  dot_vecs_f32<N>(wv, hv, decode, d);
+  return d[0][0];
 }
 template <int N, class DecodePair>
 SMALLM_DEV void dot_vec_f32_two(const Vec16& w, const float* h0, const float* h1, DecodePair decode, float& d0,
                                 float& d1) {
+  const Vec16* wv[1] = {&w};
   const float* hv[2] = {h0, h1};
-  float d[2];
-  dot_vec_f32<N>(w, hv, decode, d);
-  d0 = d[0];
-  d1 = d[1];
+  float d[1][2];
+  dot_vecs_f32<N>(wv, hv, decode, d);
+  d0 = d[0][0];
+  d1 = d[0][1];
 }
 
 }  // namespace smallm

@@ -44,6 +44,19 @@ constexpr bool kPairsByTwo = true;
 #else
 constexpr bool kPairsByTwo = false;
 #endif
+// Phase 2's rows per thread. A thread's vectors of one W2 row meet h (fp32, from LDS) once per pair, 4 bytes
+// of h per weight value: on gfx950 the down's LDS reads per weight byte were 4x (FP8) and 8x (MXFP4) its HBM
+// bytes per pair, more LDS time than HBM time at about 2.5 (FP8) and 1.2 (MXFP4) pairs per expert if a CU's LDS
+// returns 128 bytes a cycle (docs/gfx950-isa-notes.md). With two rows a thread (kRows2 = 2, HIP), rows2 / 2
+// apart, the same vectors of each (half as many per row, twice the threads per row, the same rows per item),
+// each h value read serves both: half the LDS bytes per weight byte, a butterfly step more per row. CUDA keeps
+// one row a thread (its block kernel serves few shapes; unmeasured).
+#if defined(SMALLM_HIP)
+constexpr int kRows2 = 2;
+#else
+constexpr int kRows2 = 1;
+#endif
+constexpr int kVr = kV2 / kRows2;  // phase 2: vectors per row per thread
 
 // Two resident blocks per SM / CU: registers capped at 128 (CUDA) / 256 (gfx950 wave64).
 #if defined(SMALLM_HIP)
@@ -81,6 +94,10 @@ struct Format<kFp8Block128> {
   SMALLM_DEV static float dot_f32(const Vec16& w, const float* h) { return dot_vec_f32_one<kElems>(w, h, DecodeFp8Pair{}); }
   SMALLM_DEV static void dot_f32_x2(const Vec16& w, const float* h0, const float* h1, float& d0, float& d1) {
     dot_vec_f32_two<kElems>(w, h0, h1, DecodeFp8Pair{}, d0, d1);
+  }
+  template <int W, int H>
+  SMALLM_DEV static void dot_f32_rows(const Vec16* const (&w)[W], const float* const (&h)[H], float (&d)[W][H]) {
+    dot_vecs_f32<kElems>(w, h, DecodeFp8Pair{}, d);
   }
   template <int P>
   SMALLM_DEV static void pair(const Vec16& w, float& lo, float& hi) { decode_pair_fp8<P>(w, lo, hi); }
@@ -127,6 +144,10 @@ struct Format<kMxfp4> {
   SMALLM_DEV static float dot_f32(const Vec16& w, const float* h) { return dot_vec_f32_one<kElems>(w, h, DecodeFp4Pair{}); }
   SMALLM_DEV static void dot_f32_x2(const Vec16& w, const float* h0, const float* h1, float& d0, float& d1) {
     dot_vec_f32_two<kElems>(w, h0, h1, DecodeFp4Pair{}, d0, d1);
+  }
+  template <int W, int H>
+  SMALLM_DEV static void dot_f32_rows(const Vec16* const (&w)[W], const float* const (&h)[H], float (&d)[W][H]) {
+    dot_vecs_f32<kElems>(w, h, DecodeFp4Pair{}, d);
   }
   template <int P>
   SMALLM_DEV static void pair(const Vec16& w, float& lo, float& hi) { decode_pair_fp4<P>(w, lo, hi); }
@@ -373,7 +394,7 @@ SMALLM_DEV int imax(int a, int b) { return a > b ? a : b; }
 // ------------------------------------------------------------------ geometry
 struct Geometry {
   int rowb1, nv1, ksplit, g1, n1per;  // phase 1: row bytes, vectors/row, K slices, row groups, items/expert
-  int rowb2, nv2, tpr, vpt, rows2, ndr;  // phase 2: row bytes, vectors/row, threads/row, vectors/thread, rows/item, ranges
+  int rowb2, nv2, tpr, vpt, rows2, ndr;  // phase 2: row bytes, vectors/row, threads/row, vectors/thread/row, rows/item, ranges
 };
 
 template <int Fmt>
@@ -386,11 +407,14 @@ SMALLM_DEV Geometry geometry(const MoeArgs& a) {
   g.n1per = g.g1 * g.ksplit;
   g.rowb2 = a.Iw / Format<Fmt>::kRowBytesDiv;  // W2's stored row (Iw), of which the first I values are read
   g.nv2 = a.I / Format<Fmt>::kRowBytesDiv / 16;
+  // threads per row for at most kV2 vectors a thread (rows2 = kThreads / that), then kRows2 times as many
+  // (kRows2 rows a thread, at most kVr vectors of each: the same rows per item)
   int need = (g.nv2 + kV2 - 1) / kV2;
   g.tpr = 1;
   while (g.tpr < need) g.tpr <<= 1;
+  g.tpr *= kRows2;
   g.vpt = (g.nv2 + g.tpr - 1) / g.tpr;
-  g.rows2 = kThreads / g.tpr;
+  g.rows2 = kThreads * kRows2 / g.tpr;
   g.ndr = (a.D + g.rows2 - 1) / g.rows2;
   return g;
 }
@@ -596,26 +620,43 @@ SMALLM_DEV void phase1_item(const MoeArgs& a, const Geometry& G, const Routing& 
 }
 
 // ------------------------------------------------------------------ phase 2
-// Item (distinct expert u, row range rng): `tpr` adjacent threads share an output row, each
-// holding at most 8 of its vectors in registers (all loaded before waiting on phase 1).
+// Item (distinct expert u, row range rng): `tpr` adjacent threads share an output row, each holding at most
+// kVr of its vectors in registers (all loaded before waiting on phase 1), for kRows2 rows rows2 / kRows2 apart:
+// row r's vectors in L.v[r * kVr ..].
+SMALLM_DEV int phase2_row(const Geometry& G, int rng, int r) {
+  return rng * G.rows2 + thread_id() / G.tpr + r * (G.rows2 / kRows2);
+}
+
 template <int Fmt, int Layout>
 SMALLM_DEV void phase2_loads(const MoeArgs& a, const Geometry& G, const Routing& R, int u, int rng, Loads& L) {
   using F = Format<Fmt>;
   const int t = thread_id();
   const int e = R.id[R.ulead[u]];
   const int kp = t % G.tpr;
-  const int row = rng * G.rows2 + t / G.tpr;
-  const bool live = row < a.D;
   const uint8_t* wb = a.w2 + (size_t)e * a.D * G.rowb2;
 #pragma unroll
-  for (int j = 0; j < kV2; ++j) {
-    const int kvi = kp + G.tpr * j;
-    if (live && j < G.vpt && kvi < G.nv2) L.v[j] = load_weights(wb + vec_offset<Layout>(row, kvi, G.rowb2));
+  for (int r = 0; r < kRows2; ++r) {
+    const int row = phase2_row(G, rng, r);
+#pragma unroll
+    for (int j = 0; j < kVr; ++j) {
+      const int kvi = kp + G.tpr * j;
+      if (row < a.D && j < G.vpt && kvi < G.nv2)
+        L.v[r * kVr + j] = load_weights(wb + vec_offset<Layout>(row, kvi, G.rowb2));
+      else if (r > 0 && j < G.vpt && kvi < G.nv2)
+        L.v[r * kVr + j] = Vec16{};  // a later row past D: phase2_item computes on it (zeros) and writes nothing
+    }
   }
 #pragma unroll
-  for (int j = 0; j < kV2; ++j) {
-    const int kvi = kp + G.tpr * j;
-    if (live && j < G.vpt && kvi < G.nv2) L.s[j] = F::template scale<Layout>(a.s2, e, a.D, a.Iw, row, kvi);
+  for (int r = 0; r < kRows2; ++r) {
+    const int row = phase2_row(G, rng, r);
+#pragma unroll
+    for (int j = 0; j < kVr; ++j) {
+      const int kvi = kp + G.tpr * j;
+      if (row < a.D && j < G.vpt && kvi < G.nv2)
+        L.s[r * kVr + j] = F::template scale<Layout>(a.s2, e, a.D, a.Iw, row, kvi);
+      else if (r > 0 && j < G.vpt && kvi < G.nv2)
+        L.s[r * kVr + j] = 0.0f;
+    }
   }
 }
 
@@ -625,8 +666,10 @@ SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, FusedRouting& R
   const int t = thread_id();
   const int lead = R.ulead[u];
   const int kp = t % G.tpr;
-  const int row = rng * G.rows2 + t / G.tpr;
-  const bool live = row < a.D;
+  int row[kRows2];
+#pragma unroll
+  for (int r = 0; r < kRows2; ++r) row[r] = phase2_row(G, rng, r);
+  const bool live = row[0] < a.D;  // this thread's first row (its others, further on, may be past D)
   if (t == 0)
     while (load_acquire(&a.sync[kSyncDone1 + lead]) < (unsigned)G.n1per) pause();
   block_sync();
@@ -646,48 +689,51 @@ SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, FusedRouting& R
     block_sync();
     // Pairs two at a time where kPairsByTwo, else one (runtime loop); opaque() stops the compiler from
     // hoisting the decoded weights (8 vectors x 16/32 floats) out of it, so registers hold only the raw
-    // vectors; the two pairs of an iteration share each vector's decode.
-    int m = 0;
-    if constexpr (kPairsByTwo) {
-      for (; m + 1 < mc; m += 2) {
-        float acc0 = 0.0f, acc1 = 0.0f;
-        const float* hm0 = hs + m * kMaxInter;
-        const float* hm1 = hm0 + kMaxInter;
+    // vectors; the two pairs of an iteration share each vector's decode, the kRows2 rows each h value read.
+    // A row past D (only a thread's later ones) computes on zeros (phase2_loads) and writes nothing.
+    auto pairs = [&](auto H, int m) {
+      constexpr int kH = decltype(H)::value;
+      float acc[kRows2][kH];
 #pragma unroll
-        for (int j = 0; j < kV2; ++j) {
-          const int kvi = kp + G.tpr * j;
-          if (live && j < G.vpt && kvi < G.nv2) {
-            opaque(L.v[j]);
-            float d0, d1;
-            F::dot_f32_x2(L.v[j], hm0 + kvi * F::kElems, hm1 + kvi * F::kElems, d0, d1);
-            acc0 = ffma(L.s[j], d0, acc0);
-            acc1 = ffma(L.s[j], d1, acc1);
-          }
-        }
-        for (int o = 1; o < G.tpr; o <<= 1) {
-          acc0 += shfl_xor(acc0, o);
-          acc1 += shfl_xor(acc1, o);
-        }
-        if (live && kp == 0) {
-          a.y[(size_t)R.plist[beg + m0 + m] * a.D + row] = acc0;
-          a.y[(size_t)R.plist[beg + m0 + m + 1] * a.D + row] = acc1;
-        }
-      }
-    }
-    for (; m < mc; ++m) {
-      float acc = 0.0f;
-      const float* hm = hs + m * kMaxInter;
+      for (int r = 0; r < kRows2; ++r)
 #pragma unroll
-      for (int j = 0; j < kV2; ++j) {
+        for (int i = 0; i < kH; ++i) acc[r][i] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kVr; ++j) {
         const int kvi = kp + G.tpr * j;
         if (live && j < G.vpt && kvi < G.nv2) {
-          opaque(L.v[j]);
-          acc = ffma(L.s[j], F::dot_f32(L.v[j], hm + kvi * F::kElems), acc);
+          const Vec16* wv[kRows2];
+#pragma unroll
+          for (int r = 0; r < kRows2; ++r) {
+            opaque(L.v[r * kVr + j]);
+            wv[r] = &L.v[r * kVr + j];
+          }
+          const float* hv[kH];
+#pragma unroll
+          for (int i = 0; i < kH; ++i) hv[i] = hs + (m + i) * kMaxInter + kvi * F::kElems;
+          float d[kRows2][kH];
+          F::template dot_f32_rows<kRows2, kH>(wv, hv, d);
+#pragma unroll
+          for (int r = 0; r < kRows2; ++r)
+#pragma unroll
+            for (int i = 0; i < kH; ++i) acc[r][i] = ffma(L.s[r * kVr + j], d[r][i], acc[r][i]);
         }
       }
-      for (int o = 1; o < G.tpr; o <<= 1) acc += shfl_xor(acc, o);
-      if (live && kp == 0) a.y[(size_t)R.plist[beg + m0 + m] * a.D + row] = acc;
-    }
+      for (int o = 1; o < G.tpr; o <<= 1)
+#pragma unroll
+        for (int r = 0; r < kRows2; ++r)
+#pragma unroll
+          for (int i = 0; i < kH; ++i) acc[r][i] += shfl_xor(acc[r][i], o);
+#pragma unroll
+      for (int r = 0; r < kRows2; ++r)
+        if (row[r] < a.D && kp == 0)
+#pragma unroll
+          for (int i = 0; i < kH; ++i) a.y[(size_t)R.plist[beg + m0 + m + i] * a.D + row[r]] = acc[r][i];
+    };
+    int m = 0;
+    if constexpr (kPairsByTwo)
+      for (; m + 1 < mc; m += 2) pairs(IntC<2>{}, m);
+    for (; m < mc; ++m) pairs(IntC<1>{}, m);
     block_sync();
   }
   if (t == 0) R.nfin = 0;
@@ -708,13 +754,16 @@ SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, FusedRouting& R
   const int nfin = R.nfin;
   for (int f = 0; f < nfin; ++f) {  // this block completed token fin[f] for this row range
     const int tok = R.fin[f];
-    if (live && kp == 0) {
-      float s = 0.0f;
-      for (int k = 0; k < a.K; ++k) {
-        const int p = tok * a.K + k;
-        if (R.id[p] >= 0) s = ffma(a.topk_w[p], load_coherent(&a.y[(size_t)p * a.D + row]), s);
+#pragma unroll
+    for (int r = 0; r < kRows2; ++r) {
+      if (row[r] < a.D && kp == 0) {
+        float s = 0.0f;
+        for (int k = 0; k < a.K; ++k) {
+          const int p = tok * a.K + k;
+          if (R.id[p] >= 0) s = ffma(a.topk_w[p], load_coherent(&a.y[(size_t)p * a.D + row[r]]), s);
+        }
+        a.out[(size_t)tok * a.D + row[r]] = f32_to_bf16(a.out_scale * s);
       }
-      a.out[(size_t)tok * a.D + row] = f32_to_bf16(a.out_scale * s);
     }
     if (t == 0) store_relaxed(&a.sync[kSyncTok + tok * G.ndr + rng], 0u);
   }

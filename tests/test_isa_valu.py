@@ -1,6 +1,6 @@
 """examples/isa/valu_per_byte.py reads the gfx950 block kernel's pair steps from assembly: its basic blocks, phase 1's
 (gate/up, v_dot2) and phase 2's (down, fp32 conversions and packed FMAs) steps taking one pair or two, the vector
-instructions per weight vector per pair, and the MI355X issue budget per KiB of HBM."""
+instructions and LDS bytes per weight vector per pair, and the MI355X issue budget per KiB of HBM."""
 
 import math
 
@@ -41,6 +41,24 @@ def test_blocks_and_pair_steps(valu_per_byte):
     assert (down2["cvt_f32"], down2["lds_bytes"], down1["lds_bytes"]) == (16, 256, 128)
     assert [valu_per_byte.step_pairs(s, 32) for s in (down2, down1)] == [2, 1]
     assert valu_per_byte.per_vector_pair(down2, 32) == 25.0 and valu_per_byte.per_vector_pair(down1, 32) == 34.0
+    # LDS bytes a lane reads per vector and pair (this assembly's phase 1 reads only 16 bytes a step; phase 2 h, 4 a
+    # value of each vector and pair)
+    assert [valu_per_byte.lds_per_vector_pair(s, 32) for s in (two, one, down2, down1)] == [8.0, 16.0, 128.0, 128.0]
+
+
+def test_a_down_step_over_two_rows_reads_each_h_value_once_for_both(valu_per_byte):
+    """Phase 2 with two rows a thread (kRows2, HIP): a step converts two vectors (one of each row), and each h value
+    read serves both, so its LDS bytes per vector and pair are half one row's; its pairs come from its packed FMAs
+    (values / 2 per vector and pair), not from its LDS bytes."""
+    two_rows = ("\t.type\t_ZN6smallm17smallm_moe_kernelILi1ELi0ELi0EEEvNS_7MoeArgsE,@function\n"
+                "_ZN6smallm17smallm_moe_kernelILi1ELi0ELi0EEEvNS_7MoeArgsE:\n"
+                ".LBB0_1:\n" + LDS * 16 + CVT_F32 * 32 + PK_FMA * 64 + "\tv_add_f32_e32 v50, v30, v31\n"
+                ".LBB0_2:\n" + LDS * 8 + CVT_F32 * 32 + PK_FMA * 32 + "\ts_endpgm\n")
+    down2, down1 = valu_per_byte.down_steps(valu_per_byte.blocks(two_rows)["_ZN6smallm17smallm_moe_kernelILi1ELi0ELi0EEEvNS_7MoeArgsE"])
+    assert [valu_per_byte.step_vectors(s, 32) for s in (down2, down1)] == [2.0, 2.0]
+    assert [valu_per_byte.step_pairs(s, 32) for s in (down2, down1)] == [2, 1]
+    assert [valu_per_byte.lds_per_vector_pair(s, 32) for s in (down2, down1)] == [64.0, 64.0]
+    assert valu_per_byte.per_vector_pair(down2, 32) == (32 + 64 + 1) / 4  # conversions, packed FMAs, the add
 
 
 def test_summary_sets_the_steps_against_the_hbm_budget(valu_per_byte):
@@ -50,6 +68,11 @@ def test_summary_sets_the_steps_against_the_hbm_budget(valu_per_byte):
     assert (r["up_one"], r["up_two"], r["down_one"], r["down_two"]) == (34.0, 25.0, 34.0, 25.0)
     assert r["mixed_two"] == 25.0 and abs(r["pairs_at_budget"] - 78.6432 / 25) < 1e-3
     assert valu_per_byte.summary(ASM, tbs=4.0)[0]["pairs_at_budget"] == 2 * r["pairs_at_budget"]
+    # LDS: the most of each phase's steps, (2 x 16 + 128) / 3 bytes a lane per vector and pair by bytes, 64 lanes,
+    # at 128 bytes a cycle, against the same budget
+    assert (r["up_lds"], r["down_lds"], r["lds_rate"]) == (16.0, 128.0, 128)
+    assert abs(r["pairs_at_lds"] - 78.6432 / ((2 * 16 + 128) / 3 * 64 / 128)) < 1e-3
+    assert valu_per_byte.summary(ASM, lds_rate=256)[0]["pairs_at_lds"] == 2 * r["pairs_at_lds"]
 
 
 def test_a_build_taking_pairs_one_by_one_is_weighed_at_its_one_pair_steps(valu_per_byte):

@@ -60,6 +60,7 @@ def _counts(ins: list[str]) -> dict:
     return dict(valu=sum(1 for i in ins if i.startswith("v_")), dots=sum(1 for i in ins if i.startswith("v_dot2")),
                 cvt=sum(1 for i in ins if i.startswith("v_cvt_scalef32_pk_bf16")),
                 cvt_f32=sum(1 for i in ins if i.startswith("v_cvt_scalef32_pk_f32")),
+                pk_fma=sum(1 for i in ins if i.startswith("v_pk_fma_f32")),
                 lds=sum(1 for i in ins if i.startswith("ds_read")),
                 lds_bytes=sum(_LDS_BYTES.get(i.split()[0], 0) for i in ins), n=len(ins))
 
@@ -75,22 +76,29 @@ def down_steps(kernel_blocks: list[list[str]], min_cvt: int = 8) -> list[dict]:
     return [c for c in map(_counts, kernel_blocks) if c["cvt_f32"] >= min_cvt and c["dots"] == 0]
 
 
+def step_vectors(step: dict, values_per_vector: int) -> float:
+    """The weight vectors a step converts: values/2 conversions each (phase 1 to bf16 pairs, phase 2 to fp32)."""
+    return (step["cvt"] if step["dots"] else step["cvt_f32"]) / (values_per_vector // 2)
+
+
 def step_pairs(step: dict, values_per_vector: int) -> int:
     """The pairs a step takes: phase 1 its dots over its conversions (each vector converted once, values/2 dots
-    per vector and pair), phase 2 its bytes of h over the bytes one pair takes (4 per value of each vector)."""
+    per vector and pair), phase 2 its packed FMAs over its conversions (values/2 per vector and pair)."""
     if step["dots"]:
         return round(step["dots"] / step["cvt"])
-    vectors = step["cvt_f32"] / (values_per_vector // 2)
-    return round(step["lds_bytes"] / (vectors * values_per_vector * 4))
+    return round(step["pk_fma"] / step["cvt_f32"])
+
+
+def lds_per_vector_pair(step: dict, values_per_vector: int) -> float:
+    """Bytes a lane reads from LDS per weight vector per pair in a step: phase 1 x (bf16), phase 2 h (fp32); a read
+    that serves several of the step's vectors (phase 1's gate and up rows, phase 2's rows of one thread) counts once."""
+    return step["lds_bytes"] / (step_vectors(step, values_per_vector) * step_pairs(step, values_per_vector))
 
 
 def per_vector_pair(step: dict, values_per_vector: int) -> float:
     """Vector instructions per 16-byte weight vector per pair: a vector's values take values/2 conversions (and, in
     phase 1, values/2 v_dot2 per pair)."""
-    if step["dots"]:
-        return step["valu"] / (step["dots"] / (values_per_vector // 2))
-    vectors = step["cvt_f32"] / (values_per_vector // 2)
-    return step["valu"] / (vectors * step_pairs(step, values_per_vector))
+    return step["valu"] / (step_vectors(step, values_per_vector) * step_pairs(step, values_per_vector))
 
 
 def budget_per_kib(cus: int, ghz: float, tbs: float) -> float:
@@ -104,15 +112,19 @@ def by_bytes(up: float, down: float) -> float:
     return (2 * up + down) / 3
 
 
-def _worst(steps: list[dict], values: int, pairs: int) -> float:
-    got = [per_vector_pair(s, values) for s in steps if step_pairs(s, values) == pairs]
+def _worst(steps: list[dict], values: int, pairs: int, of=None) -> float:
+    got = [(of or per_vector_pair)(s, values) for s in steps if step_pairs(s, values) == pairs]
     return max(got) if got else float("nan")
 
 
-def summary(text: str, cus=256, ghz=2.4, tbs=8.0) -> list[dict]:
+def summary(text: str, cus=256, ghz=2.4, tbs=8.0, lds_rate=128) -> list[dict]:
     """Per block kernel: each phase's vector instructions per 16-byte vector per pair in its one-pair and two-pair
     steps (the worst block of each; nan where the build has none), and the pairs per expert at the budget (the
-    phases weighed by their bytes at their two-pair steps, or one-pair steps where a build takes pairs one by one)."""
+    phases weighed by their bytes at their two-pair steps, or one-pair steps where a build takes pairs one by one).
+    Also each phase's LDS bytes a lane reads per vector and pair (the most of any step) and the pairs per expert at
+    which those reads, at lds_rate bytes a cycle a CU, would take as long as HBM takes for the weights: the same
+    budget of CU cycles per KiB, a KiB of weights being one wave's vector (64 lanes), its LDS bytes 64 times a
+    lane's."""
     budget = budget_per_kib(cus, ghz, tbs)
     rows = []
     for name, bl in blocks(text).items():
@@ -131,6 +143,10 @@ def summary(text: str, cus=256, ghz=2.4, tbs=8.0) -> list[dict]:
         r["mixed_two"] = by_bytes(*(r[f"{p}_one"] if math.isnan(r[f"{p}_two"]) else r[f"{p}_two"] for p in ("up", "down")))
         r["bytes_per_valu"] = 16 * 64 / r["mixed_two"]
         r["pairs_at_budget"] = budget / r["mixed_two"]
+        for phase, steps in (("up", up), ("down", down)):
+            r[f"{phase}_lds"] = max(lds_per_vector_pair(s, per_vec) for s in steps) if steps else float("nan")
+        r["lds_rate"] = lds_rate
+        r["pairs_at_lds"] = budget / (by_bytes(r["up_lds"], r["down_lds"]) * 64 / lds_rate)
         rows.append(r)
     return rows
 
@@ -141,19 +157,22 @@ def main(argv=None) -> int:
     p.add_argument("--cus", type=int, default=256)
     p.add_argument("--ghz", type=float, default=2.4)
     p.add_argument("--tbs", type=float, default=8.0)
+    p.add_argument("--lds", type=int, default=128, help="LDS bytes a CU returns a cycle")
     a = p.parse_args(argv)
-    rows = summary(Path(a.asm).read_text(), a.cus, a.ghz, a.tbs)
+    rows = summary(Path(a.asm).read_text(), a.cus, a.ghz, a.tbs, a.lds)
     if not rows:
         print("no block-kernel pair step found", file=sys.stderr)
         return 1
     print(f"issue budget: {rows[0]['budget']:.0f} wave64 vector instructions per KiB of weights from HBM "
           f"({a.cus} CUs x {a.ghz} GHz, {a.tbs} TB/s)")
     print("vector instructions per 16-byte weight vector per pair, a step taking one pair / two pairs:")
-    print("| block kernel | phase 1 (gate/up) | phase 2 (down) | both, by bytes, two pairs | pairs per expert at the budget |")
-    print("|---|---|---|---|---|")
+    print("| block kernel | phase 1 (gate/up) | phase 2 (down) | both, by bytes, two pairs | pairs per expert at the budget "
+          f"| LDS bytes a lane reads per vector and pair (phase 1 / 2) | pairs per expert at {a.lds} LDS bytes a cycle |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['kernel']} | {r['up_one']:.1f} / {r['up_two']:.1f} | {r['down_one']:.1f} / {r['down_two']:.1f} | "
-              f"{r['mixed_two']:.1f} | {r['pairs_at_budget']:.1f} |")
+              f"{r['mixed_two']:.1f} | {r['pairs_at_budget']:.1f} | {r['up_lds']:.0f} / {r['down_lds']:.0f} | "
+              f"{r['pairs_at_lds']:.1f} |")
     return 0
 
 
