@@ -623,8 +623,8 @@ SMALLM_DEV void phase1_item(const MoeArgs& a, const Geometry& G, const Routing& 
 // Item (distinct expert u, row range rng): `tpr` adjacent threads share an output row, each holding at most
 // kVr of its vectors in registers (all loaded before waiting on phase 1), for kRows2 rows rows2 / kRows2 apart:
 // row r's vectors in L.v[r * kVr ..].
-SMALLM_DEV int phase2_row(const Geometry& G, int rng, int r) {
-  return rng * G.rows2 + thread_id() / G.tpr + r * (G.rows2 / kRows2);
+SMALLM_DEV int phase2_row(const Geometry& G, int rng, int t, int r) {
+  return rng * G.rows2 + t / G.tpr + r * (G.rows2 / kRows2);
 }
 
 template <int Fmt, int Layout>
@@ -634,13 +634,17 @@ SMALLM_DEV void phase2_loads(const MoeArgs& a, const Geometry& G, const Routing&
   const int e = R.id[R.ulead[u]];
   const int kp = t % G.tpr;
   const uint8_t* wb = a.w2 + (size_t)e * a.D * G.rowb2;
+  int rows[kRows2];
+#pragma unroll
+  for (int r = 0; r < kRows2; ++r) rows[r] = phase2_row(G, rng, t, r);
 #pragma unroll
   for (int r = 0; r < kRows2; ++r) {
-    const int row = phase2_row(G, rng, r);
+    const int row = rows[r];
+    const bool live = row < a.D;
 #pragma unroll
     for (int j = 0; j < kVr; ++j) {
       const int kvi = kp + G.tpr * j;
-      if (row < a.D && j < G.vpt && kvi < G.nv2)
+      if (live && j < G.vpt && kvi < G.nv2)
         L.v[r * kVr + j] = load_weights(wb + vec_offset<Layout>(row, kvi, G.rowb2));
       else if (r > 0 && j < G.vpt && kvi < G.nv2)
         L.v[r * kVr + j] = Vec16{};  // a later row past D: phase2_item computes on it (zeros) and writes nothing
@@ -648,11 +652,12 @@ SMALLM_DEV void phase2_loads(const MoeArgs& a, const Geometry& G, const Routing&
   }
 #pragma unroll
   for (int r = 0; r < kRows2; ++r) {
-    const int row = phase2_row(G, rng, r);
+    const int row = rows[r];
+    const bool live = row < a.D;
 #pragma unroll
     for (int j = 0; j < kVr; ++j) {
       const int kvi = kp + G.tpr * j;
-      if (row < a.D && j < G.vpt && kvi < G.nv2)
+      if (live && j < G.vpt && kvi < G.nv2)
         L.s[r * kVr + j] = F::template scale<Layout>(a.s2, e, a.D, a.Iw, row, kvi);
       else if (r > 0 && j < G.vpt && kvi < G.nv2)
         L.s[r * kVr + j] = 0.0f;
@@ -667,9 +672,13 @@ SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, FusedRouting& R
   const int lead = R.ulead[u];
   const int kp = t % G.tpr;
   int row[kRows2];
+  bool live_row[kRows2];
 #pragma unroll
-  for (int r = 0; r < kRows2; ++r) row[r] = phase2_row(G, rng, r);
-  const bool live = row[0] < a.D;  // this thread's first row (its others, further on, may be past D)
+  for (int r = 0; r < kRows2; ++r) {
+    row[r] = phase2_row(G, rng, t, r);
+    live_row[r] = row[r] < a.D;
+  }
+  const bool live = live_row[0];  // this thread's first row (its others, further on, may be past D)
   if (t == 0)
     while (load_acquire(&a.sync[kSyncDone1 + lead]) < (unsigned)G.n1per) pause();
   block_sync();
@@ -726,7 +735,7 @@ SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, FusedRouting& R
           for (int i = 0; i < kH; ++i) acc[r][i] += shfl_xor(acc[r][i], o);
 #pragma unroll
       for (int r = 0; r < kRows2; ++r)
-        if (row[r] < a.D && kp == 0)
+        if (live_row[r] && kp == 0)
 #pragma unroll
           for (int i = 0; i < kH; ++i) a.y[(size_t)R.plist[beg + m0 + m + i] * a.D + row[r]] = acc[r][i];
     };
@@ -756,7 +765,7 @@ SMALLM_DEV void phase2_item(const MoeArgs& a, const Geometry& G, FusedRouting& R
     const int tok = R.fin[f];
 #pragma unroll
     for (int r = 0; r < kRows2; ++r) {
-      if (row[r] < a.D && kp == 0) {
+      if (live_row[r] && kp == 0) {
         float s = 0.0f;
         for (int k = 0; k < a.K; ++k) {
           const int p = tok * a.K + k;
