@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     for title, of in (("pair steps' vector instructions over MI355X's HBM issue budget", share),
                       (f"pair steps' LDS reads at {a.lds} bytes a CU cycle over HBM's time", lds_share)):
         print(title)
-        print("| shape, format | " + " | ".join(f"{t} tokens" for t in tokens) + " |")
+        print("| shape, format | " + " | ".join(f"{t} token{'s' if t != 1 else ''}" for t in tokens) + " |")
         print("|---|" + "---|" * len(tokens))
         for name in a.shapes.split(","):
             shape = shape_by_name(name)
