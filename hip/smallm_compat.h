@@ -743,24 +743,4 @@ SMALLM_DEV void dot_vecs_f32(const Vec16* const (&w)[W], const float* const (&h)
 #endif
 }
 
-// dot_vecs_f32 for one weight vector and one h (the step of one pair) or two (two pairs of an expert).
-template <int N, class DecodePair>
-SMALLM_DEV float dot_vec_f32_one(const Vec16& w, const float* h, DecodePair decode) {
-  const Vec16* wv[1] = {&w};
-  const float* hv[1] = {h};
-  float d[1][1];
-  dot_vecs_f32<N>(wv, hv, decode, d);
-  return d[0][0];
-}
-template <int N, class DecodePair>
-SMALLM_DEV void dot_vec_f32_two(const Vec16& w, const float* h0, const float* h1, DecodePair decode, float& d0,
-                                float& d1) {
-  const Vec16* wv[1] = {&w};
-  const float* hv[2] = {h0, h1};
-  float d[1][2];
-  dot_vecs_f32<N>(wv, hv, decode, d);
-  d0 = d[0][0];
-  d1 = d[0][1];
-}
-
 }  // namespace smallm

@@ -91,10 +91,7 @@ struct Format<kFp8Block128> {
     return f[((size_t)e * nrb + row / 128) * nkb + (kvi * kElems) / 128];
   }
   SMALLM_DEV static float dot_bf16(const Vec16& w, const Vec16* x) { return dot16_fp8_bf16(w, x[0], x[1]); }
-  SMALLM_DEV static float dot_f32(const Vec16& w, const float* h) { return dot_vec_f32_one<kElems>(w, h, DecodeFp8Pair{}); }
-  SMALLM_DEV static void dot_f32_x2(const Vec16& w, const float* h0, const float* h1, float& d0, float& d1) {
-    dot_vec_f32_two<kElems>(w, h0, h1, DecodeFp8Pair{}, d0, d1);
-  }
+  // Phase 2's dots: W rows' vectors x H pairs' h (dot_vecs_f32).
   template <int W, int H>
   SMALLM_DEV static void dot_f32_rows(const Vec16* const (&w)[W], const float* const (&h)[H], float (&d)[W][H]) {
     dot_vecs_f32<kElems>(w, h, DecodeFp8Pair{}, d);
@@ -141,10 +138,7 @@ struct Format<kMxfp4> {
     return e8m0_to_f32(scale_byte<Layout>(s, e, rows, kdim, row, kvi));
   }
   SMALLM_DEV static float dot_bf16(const Vec16& w, const Vec16* x) { return dot32_fp4_bf16(w, x); }
-  SMALLM_DEV static float dot_f32(const Vec16& w, const float* h) { return dot_vec_f32_one<kElems>(w, h, DecodeFp4Pair{}); }
-  SMALLM_DEV static void dot_f32_x2(const Vec16& w, const float* h0, const float* h1, float& d0, float& d1) {
-    dot_vec_f32_two<kElems>(w, h0, h1, DecodeFp4Pair{}, d0, d1);
-  }
+  // Phase 2's dots: W rows' vectors x H pairs' h (dot_vecs_f32).
   template <int W, int H>
   SMALLM_DEV static void dot_f32_rows(const Vec16* const (&w)[W], const float* const (&h)[H], float (&d)[W][H]) {
     dot_vecs_f32<kElems>(w, h, DecodeFp4Pair{}, d);
