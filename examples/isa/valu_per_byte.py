@@ -112,8 +112,8 @@ def by_bytes(up: float, down: float) -> float:
     return (2 * up + down) / 3
 
 
-def _worst(steps: list[dict], values: int, pairs: int, of=None) -> float:
-    got = [(of or per_vector_pair)(s, values) for s in steps if step_pairs(s, values) == pairs]
+def _worst(steps: list[dict], values: int, pairs: int) -> float:
+    got = [per_vector_pair(s, values) for s in steps if step_pairs(s, values) == pairs]
     return max(got) if got else float("nan")
 
 
